@@ -1,0 +1,40 @@
+"""actlab: measure, control and compare what activation functions do to learning.
+
+Top-level names are imported lazily so that ``import actlab`` stays fast and a
+missing optional dependency only matters where it is used.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+__version__ = "0.1.0"
+
+# public name -> "module:attribute"
+_LAZY = {
+    "activation": "actlab.activations.spec:activation",
+    "register_activation": "actlab.activations.spec:register_activation",
+    "available_activations": "actlab.activations.spec:available_activations",
+    "parse_spec": "actlab.activations.spec:parse_spec",
+    "Probe": "actlab.probe.probe:Probe",
+    "find_activations": "actlab.surgery:find_activations",
+    "patch_": "actlab.surgery:patch_",
+    "relufy_": "actlab.surgery:relufy_",
+}
+
+__all__ = sorted(_LAZY) + ["__version__"]
+
+
+def __getattr__(name: str) -> Any:
+    target = _LAZY.get(name)
+    if target is None:
+        raise AttributeError(f"module 'actlab' has no attribute {name!r}")
+    module_name, attr = target.split(":")
+    value = getattr(importlib.import_module(module_name), attr)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return __all__

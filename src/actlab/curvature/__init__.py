@@ -1,0 +1,1 @@
+"""Curvature operators, eigen-solvers, landscapes and gradient angles."""

@@ -1,0 +1,1 @@
+"""Data sets available offline and loaders for user-supplied files."""

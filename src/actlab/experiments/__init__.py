@@ -1,0 +1,1 @@
+"""One module per experiment; each registers an ``actlab.runner.experiment.Experiment``."""

@@ -1,0 +1,1 @@
+"""Model building blocks and small reference models."""

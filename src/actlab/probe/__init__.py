@@ -1,0 +1,1 @@
+"""Probes that measure activation statistics inside any model while it trains."""

@@ -1,0 +1,1 @@
+"""Experiment runner: run directories, sweeps, reports and the experiment contract."""

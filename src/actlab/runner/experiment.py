@@ -1,0 +1,185 @@
+"""The experiment contract every actlab experiment implements.
+
+An experiment is a subclass of :class:`Experiment`, decorated with :func:`register`,
+living in a module of ``actlab.experiments`` (modules there are discovered
+automatically). The runner splits an experiment into *units of work*: one entry of
+``units(config)`` times a group of seeds (``seeds_per_unit``; ``None`` puts all seeds
+in one unit so that a vmapped ensemble trains them together). Each unit returns a
+:class:`UnitResult` that the runner saves atomically as soon as it ends, so a sweep can
+resume. When all units are done, ``summarize`` reads the tidy table of every unit's rows,
+draws figures and returns ``summary.json``'s content; ``claims`` turns that summary
+into the rows of the reproduction table (claim from the seeds, value measured, held?).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import pkgutil
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar, TypeVar
+
+import torch
+
+# Column order of the tidy metrics table shared by every experiment.
+METRIC_COLUMNS = ("run", "seed", "step", "layer", "metric", "value")
+
+STATUS_OK = "ok"
+STATUS_DIVERGED = "diverged"
+STATUS_FAILED = "failed"
+
+
+@dataclass
+class UnitResult:
+    """What one unit of work produced.
+
+    ``rows`` are tuples in :data:`METRIC_COLUMNS` order (``run`` names the condition,
+    e.g. ``"relu/shifted"``; ``layer`` is ``""`` for model-wide metrics). ``data`` holds
+    small JSON-serialisable extras that ``summarize`` needs beyond the table (e.g. a few
+    image arrays as nested lists). ``status`` is ``ok``, ``diverged`` (non-finite loss;
+    rows up to that point are kept) or ``failed`` (an exception; ``error`` has it).
+    """
+
+    rows: list[tuple] = field(default_factory=list)
+    data: dict[str, Any] = field(default_factory=dict)
+    status: str = STATUS_OK
+    error: str | None = None
+
+    def add(self, run: str, seed: int, step: int, layer: str, metric: str, value: float) -> None:
+        """Append one row of the tidy table."""
+        self.rows.append((run, int(seed), int(step), layer, metric, float(value)))
+
+
+@dataclass
+class Claim:
+    """One row of the headline table: a claim of the seeds, what we measured, whether it held.
+
+    ``held`` is ``None`` when the measurement cannot decide (e.g. too few seeds).
+    """
+
+    claim: str
+    measured: str
+    held: bool | None
+    source: str = ""
+
+
+@dataclass
+class UnitContext:
+    """Services the runner hands to ``run_unit``.
+
+    ``workdir`` is a private scratch folder for this unit (checkpoints), ``device`` where to
+    compute, and ``progress`` wraps an iterable in a progress bar (quiet when not a TTY).
+    """
+
+    workdir: Path
+    device: torch.device = field(default_factory=lambda: torch.device("cpu"))
+    progress: Callable[..., Iterable] = lambda it, **_: it
+
+
+@dataclass
+class RunContext:
+    """Services the runner hands to ``summarize``: where the run directory and figures are."""
+
+    out_dir: Path
+    figures_dir: Path
+
+    def save_figure(self, fig: Any, name: str) -> Path:
+        """Save a matplotlib figure as ``figures/<name>.png`` and close it."""
+        import matplotlib.pyplot as plt
+
+        self.figures_dir.mkdir(parents=True, exist_ok=True)
+        path = self.figures_dir / f"{name}.png"
+        fig.savefig(path, dpi=110, bbox_inches="tight")
+        plt.close(fig)
+        return path
+
+
+ConfigT = TypeVar("ConfigT")
+
+
+class Experiment:
+    """Base class of experiments; see the module docstring for the life cycle."""
+
+    name: ClassVar[str] = ""
+    description: ClassVar[str] = ""
+    Config: ClassVar[type] = object  # a dataclass whose __post_init__ raises ConfigError
+    quick: ClassVar[dict[str, Any]] = {}  # field overrides for --quick
+    full: ClassVar[dict[str, Any]] = {}  # field overrides for --full
+    default_seeds: ClassVar[int] = 3
+    seeds_per_unit: ClassVar[int | None] = 1  # None: all seeds in one unit (ensembles)
+
+    def units(self, config: Any) -> list[dict[str, Any]]:
+        """Split the work besides seeds (e.g. one unit per activation). JSON-serialisable dicts."""
+        return [{}]
+
+    def run_unit(
+        self, config: Any, unit: dict[str, Any], seeds: list[int], ctx: UnitContext
+    ) -> UnitResult:
+        """Run one unit of work and return its rows; must be deterministic given the seeds."""
+        raise NotImplementedError
+
+    def summarize(self, config: Any, table: Any, results: list[dict[str, Any]], ctx: RunContext) -> dict:
+        """Headline numbers for ``summary.json`` (and figures via ``ctx.save_figure``).
+
+        ``table`` is a pandas DataFrame with :data:`METRIC_COLUMNS`; ``results`` lists, per
+        unit, ``{"unit": dict, "seeds": list, "status": str, "error": str|None, "data": dict}``.
+        """
+        return {}
+
+    def claims(self, summary: dict) -> list[Claim]:
+        """Rows for the headline table of ``actlab reproduce``."""
+        return []
+
+
+_REGISTRY: dict[str, type[Experiment]] = {}
+_DISCOVERED = False
+
+
+def register(cls: type[Experiment]) -> type[Experiment]:
+    """Class decorator adding an experiment to the registry under ``cls.name``."""
+    if not cls.name:
+        raise ValueError(f"{cls.__name__} has no name")
+    if cls.name in _REGISTRY and _REGISTRY[cls.name] is not cls:
+        raise ValueError(f"experiment {cls.name!r} registered twice")
+    if not dataclasses.is_dataclass(cls.Config):
+        raise TypeError(f"{cls.__name__}.Config must be a dataclass")
+    _REGISTRY[cls.name] = cls
+    return cls
+
+
+def _discover() -> None:
+    global _DISCOVERED
+    if _DISCOVERED:
+        return
+    import actlab.experiments as package
+
+    for info in pkgutil.iter_modules(package.__path__):
+        if not info.name.startswith("_"):
+            importlib.import_module(f"actlab.experiments.{info.name}")
+    _DISCOVERED = True
+
+
+def list_experiments() -> dict[str, type[Experiment]]:
+    """All registered experiments by name (discovers ``actlab.experiments`` modules)."""
+    _discover()
+    return dict(sorted(_REGISTRY.items()))
+
+
+def get_experiment(name: str) -> Experiment:
+    """An instance of the experiment ``name``; unknown names raise ``ValueError`` with suggestions."""
+    import difflib
+
+    experiments = list_experiments()
+    if name not in experiments:
+        close = difflib.get_close_matches(name, experiments, n=3, cutoff=0.4)
+        hint = f"; did you mean {', '.join(close)}?" if close else ""
+        raise ValueError(f"unknown experiment {name!r}{hint} (see `actlab run --list`)")
+    return experiments[name]()
+
+
+def iter_rows(rows: Iterable[tuple]) -> Iterator[dict[str, Any]]:
+    """Rows as dicts keyed by :data:`METRIC_COLUMNS`."""
+    for row in rows:
+        yield dict(zip(METRIC_COLUMNS, row))

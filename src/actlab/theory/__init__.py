@@ -1,0 +1,1 @@
+"""Theory: Gaussian moments, shifts, gains, variance recursion, curvature bounds and gradient angles."""

@@ -1,0 +1,1 @@
+"""Training loops: plain trainer, vmapped ensembles, optimizers and distributed helpers."""
