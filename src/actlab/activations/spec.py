@@ -1,0 +1,580 @@
+"""Spec strings: one parser, one registry, one module type for every activation.
+
+Grammar: ``NAME`` followed by zero or more ``:OPTION``, where an option is ``key=value``
+or a bare flag, e.g. ``gelu``, ``gelu:tanh``, ``leaky_relu:slope=0.1``,
+``relu:shift=theory``, ``silu:beta=1.5:learnable``, ``gelu:adaptive:momentum=0.1``,
+``relu2:clip=50``, ``gelu:topk=0.1``.
+
+Options valid on every name, applied in this order after the function:
+``clip=C`` (clamp at C from above), ``shift=B|theory`` (subtract a constant; ``theory``
+uses the Gaussian mean at pre-activation variance ``q``, default 1/3), ``adaptive``
+(subtract the per-example feature mean; ``momentum=``, ``freeze_after=``), ``topk=K``
+(keep the fraction K of largest outputs per example).
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from actlab.activations import elementwise as ew
+from actlab.activations.base import Activation
+from actlab.activations.shift import AdaptiveCenter
+from actlab.activations.sparse import topk_sparsify
+from actlab.activations.special import (
+    LearnableSiLUCore,
+    NoisyReLUCore,
+    PReLUCore,
+    sugar,
+)
+from actlab.errors import SpecError
+
+__all__ = [
+    "ActivationDef",
+    "ParsedSpec",
+    "SpecActivation",
+    "activation",
+    "available_activations",
+    "canonical_spec",
+    "is_bounded",
+    "parse_spec",
+    "register_activation",
+    "resolve_elementwise",
+]
+
+ElementFn = Callable[..., Tensor]
+
+DEFAULT_Q = 1.0 / 3.0
+
+# Options accepted on every name; value-less ones are flags.
+COMMON_OPTIONS = ("clip", "shift", "q", "adaptive", "momentum", "freeze_after", "topk")
+COMMON_FLAGS = ("adaptive",)
+
+
+@dataclass(frozen=True)
+class ActivationDef:
+    """A registered activation.
+
+    ``fn(x, **params)`` and ``derivative(x, **params)`` are the elementwise reference math
+    (``params`` are the numeric options and ``flags``, flags passed as booleans);
+    ``module_flags`` change only the module (``learnable``) and are not passed.
+    ``fast(x, **params)`` is the kernel the module uses (defaults to ``fn``);
+    ``inplace_ok`` says its output may be modified in place without breaking autograd
+    (true when its backward does not save the output); ``fast_inplace`` is an alternative
+    kernel whose output may be, used when options follow the function. ``core`` builds an ``nn.Module``
+    for activations with parameters or train/eval behaviour.
+    """
+
+    name: str
+    fn: ElementFn
+    derivative: ElementFn | None = None
+    params: dict[str, float | None] = field(default_factory=dict)
+    flags: tuple[str, ...] = ()
+    module_flags: tuple[str, ...] = ()
+    bounded: bool = False
+    fast: ElementFn | None = None
+    inplace_ok: bool = False
+    fast_inplace: ElementFn | None = None
+    core: Callable[..., nn.Module] | None = None
+    checks: dict[str, Callable[[float], bool]] = field(default_factory=dict)
+    check_text: dict[str, str] = field(default_factory=dict)
+    builtin: bool = False
+    description: str = ""
+
+    @property
+    def option_names(self) -> tuple[str, ...]:
+        """Every option and flag valid on this name."""
+        return tuple(self.params) + self.flags + self.module_flags + COMMON_OPTIONS
+
+
+_REGISTRY: dict[str, ActivationDef] = {}
+_ALIASES: dict[str, str] = {"swish": "silu"}
+
+
+def _finite(v: float) -> bool:
+    return math.isfinite(v)
+
+
+def _positive(v: float) -> bool:
+    return math.isfinite(v) and v > 0
+
+
+def _add(defn: ActivationDef) -> None:
+    _REGISTRY[defn.name] = defn
+
+
+# ---------------------------------------------------------------------------- built-ins
+def _fast_gelu(x: Tensor, tanh: bool = False) -> Tensor:
+    return F.gelu(x, approximate="tanh" if tanh else "none")
+
+
+def _fast_gelu2(x: Tensor, tanh: bool = False) -> Tensor:
+    return _fast_gelu(x, tanh).square()
+
+
+def _fast_silu(x: Tensor, beta: float = 1.0) -> Tensor:
+    return F.silu(x) if beta == 1.0 else x * torch.sigmoid(beta * x)
+
+
+def _fast_softplus(x: Tensor, beta: float = 1.0) -> Tensor:
+    # PyTorch's threshold shortcut (x for beta*x > 20) is kept for speed; it differs
+    # from the exact value by at most exp(-20) ~ 2e-9.
+    return F.softplus(x, beta=beta)
+
+
+def _fast_relu2(x: Tensor) -> Tensor:
+    return F.relu(x).square()
+
+
+def _fast_selu(x: Tensor) -> Tensor:
+    return F.selu(x)
+
+
+def _fast_sugar(x: Tensor, alpha: float = 1.67) -> Tensor:
+    return sugar(x, alpha)
+
+
+def _relu_ignoring_params(x: Tensor, **_: Any) -> Tensor:
+    return ew.relu(x)
+
+
+def _d_relu_ignoring_params(x: Tensor, **_: Any) -> Tensor:
+    return ew.d_relu(x)
+
+
+def _builtins() -> None:
+    _add(ActivationDef("relu", ew.relu, ew.d_relu, fast=F.relu, fast_inplace=ew.relu,
+                       builtin=True, description="max(0, x)"))
+    _add(ActivationDef(
+        "leaky_relu", ew.leaky_relu, ew.d_leaky_relu, params={"slope": 0.01},
+        fast=lambda x, slope=0.01: F.leaky_relu(x, slope), inplace_ok=True,
+        checks={"slope": _finite}, check_text={"slope": "a finite number"}, builtin=True,
+        description="x if x > 0 else slope*x"))
+    _add(ActivationDef(
+        "prelu", ew.leaky_relu, ew.d_leaky_relu, params={"slope": 0.25},
+        core=lambda slope=0.25: PReLUCore(slope), inplace_ok=True,
+        checks={"slope": _finite}, check_text={"slope": "a finite number"}, builtin=True,
+        description="leaky ReLU with a learnable slope (initial value `slope`)"))
+    _add(ActivationDef(
+        "elu", ew.elu, ew.d_elu, params={"alpha": 1.0},
+        fast=lambda x, alpha=1.0: F.elu(x, alpha), inplace_ok=True,
+        checks={"alpha": _finite}, check_text={"alpha": "a finite number"}, builtin=True,
+        description="x if x > 0 else alpha*(exp(x)-1)"))
+    _add(ActivationDef("selu", ew.selu, ew.d_selu, fast=_fast_selu, inplace_ok=True,
+                       builtin=True, description="scaled ELU (self-normalising)"))
+    _add(ActivationDef("gelu", ew.gelu, ew.d_gelu, flags=("tanh",), fast=_fast_gelu,
+                       inplace_ok=True, builtin=True,
+                       description="x*Phi(x); flag `tanh` for the tanh approximation"))
+    _add(ActivationDef(
+        "silu", ew.silu, ew.d_silu, params={"beta": 1.0}, module_flags=("learnable",),
+        fast=_fast_silu, inplace_ok=True, checks={"beta": _finite},
+        check_text={"beta": "a finite number"}, builtin=True,
+        description="x*sigmoid(beta*x) (alias swish); flag `learnable` makes beta a parameter"))
+    _add(ActivationDef("sigmoid", ew.sigmoid, ew.d_sigmoid, bounded=True, fast=torch.sigmoid,
+                       builtin=True, description="1/(1+exp(-x))"))
+    _add(ActivationDef("tanh", ew.tanh, ew.d_tanh, bounded=True, fast=torch.tanh,
+                       builtin=True, description="tanh(x)"))
+    _add(ActivationDef(
+        "softplus", ew.softplus, ew.d_softplus, params={"beta": 1.0}, fast=_fast_softplus,
+        inplace_ok=True, checks={"beta": _positive}, check_text={"beta": "> 0 and finite"},
+        builtin=True, description="log(1+exp(beta*x))/beta"))
+    _add(ActivationDef("mish", ew.mish, ew.d_mish, fast=F.mish, inplace_ok=True, builtin=True,
+                       description="x*tanh(softplus(x))"))
+    _add(ActivationDef("relu2", ew.relu2, ew.d_relu2, fast=_fast_relu2, inplace_ok=True,
+                       builtin=True, description="max(0, x)^2"))
+    _add(ActivationDef("gelu2", ew.gelu2, ew.d_gelu2, flags=("tanh",), fast=_fast_gelu2,
+                       inplace_ok=True, builtin=True, description="GELU(x)^2"))
+    _add(ActivationDef("identity", ew.identity, ew.d_identity, fast=ew.identity,
+                       inplace_ok=True, builtin=True, description="x"))
+    _add(ActivationDef(
+        "noisy_relu", _relu_ignoring_params, _d_relu_ignoring_params, params={"p": None, "c": 1.0, "alpha": 1.0},
+        core=lambda p=None, c=1.0, alpha=1.0: NoisyReLUCore(p, c, alpha), inplace_ok=True,
+        checks={"p": _finite, "c": _finite, "alpha": _finite},
+        check_text={"p": "a finite number", "c": "a finite number", "alpha": "a finite number"},
+        builtin=True,
+        description="ReLU plus half-normal noise on negative inputs in training mode "
+        "(learnable p, c, alpha); plain ReLU in eval mode"))
+    _add(ActivationDef(
+        "sugar", _relu_ignoring_params, ew.sugar_surrogate, params={"alpha": 1.67},
+        fast=_fast_sugar, inplace_ok=True, checks={"alpha": _finite},
+        check_text={"alpha": "a finite number"}, builtin=True,
+        description="ReLU forward, B-SiLU surrogate gradient backward"))
+
+
+_builtins()
+
+
+# ------------------------------------------------------------------------------- parsing
+@dataclass(frozen=True)
+class ParsedSpec:
+    """A parsed, validated spec: canonical ``name``, ``options`` and ``flags``.
+
+    ``options`` maps option names to values: floats, ``"theory"`` for ``shift=theory``,
+    an int for ``freeze_after``. ``flags`` holds the bare flags (``tanh``, ``learnable``,
+    ``adaptive``). Options equal to their default are dropped, so equal specs compare equal.
+    """
+
+    name: str
+    options: dict[str, Any]
+    flags: frozenset[str]
+
+    @property
+    def canonical(self) -> str:
+        """The canonical spec string (alias resolved, defaults dropped, fixed order)."""
+        return _format(self)
+
+    @property
+    def params(self) -> dict[str, Any]:
+        """The function's own keyword parameters (numeric options with defaults, flags)."""
+        defn = _REGISTRY[self.name]
+        out: dict[str, Any] = {k: self.options.get(k, v) for k, v in defn.params.items()}
+        out.update({f: f in self.flags for f in defn.flags})
+        return out
+
+    def __str__(self) -> str:
+        return self.canonical
+
+
+def _format_number(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, int):
+        return str(value)
+    if float(value).is_integer() and abs(value) < 1e15:
+        return str(int(value))
+    return repr(float(value))
+
+
+def _format(parsed: ParsedSpec) -> str:
+    defn = _REGISTRY[parsed.name]
+    parts = [parsed.name]
+    for key in defn.params:
+        if key in parsed.options:
+            parts.append(f"{key}={_format_number(parsed.options[key])}")
+    parts += [f for f in defn.flags + defn.module_flags if f in parsed.flags]
+    for key in COMMON_OPTIONS:
+        if key in COMMON_FLAGS:
+            if key in parsed.flags:
+                parts.append(key)
+        elif key in parsed.options:
+            parts.append(f"{key}={_format_number(parsed.options[key])}")
+    return ":".join(parts)
+
+
+def _closest(word: str, choices: list[str] | tuple[str, ...]) -> str:
+    close = difflib.get_close_matches(word, list(choices), n=3, cutoff=0.5)
+    if close:
+        return "did you mean " + " or ".join(repr(c) for c in close) + "?"
+    return "valid: " + ", ".join(sorted(choices))
+
+
+def _number(spec: str, key: str, text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise SpecError(f"{spec!r}: option {key!r} needs a number, got {text!r}") from None
+    return value
+
+
+def _common_value(spec: str, key: str, text: str) -> Any:
+    if key == "shift":
+        if text == "theory":
+            return "theory"
+        value = _number(spec, key, text)
+        if not math.isfinite(value):
+            raise SpecError(f"{spec!r}: option 'shift' must be a finite number or 'theory', "
+                            f"got {text!r}")
+        return value
+    if key == "freeze_after":
+        try:
+            count = int(text)
+        except ValueError:
+            raise SpecError(f"{spec!r}: option 'freeze_after' needs a whole number of steps, "
+                            f"got {text!r}") from None
+        if count < 1:
+            raise SpecError(f"{spec!r}: option 'freeze_after' must be >= 1, got {count}")
+        return count
+    value = _number(spec, key, text)
+    ranges = {
+        "clip": (lambda v: math.isfinite(v) and v > 0, "> 0 and finite"),
+        "q": (lambda v: math.isfinite(v) and v > 0, "> 0 and finite"),
+        "momentum": (lambda v: 0 < v <= 1, "in (0, 1]"),
+        "topk": (lambda v: 0 < v <= 1, "in (0, 1]"),
+    }
+    ok, text_range = ranges[key]
+    if not ok(value):
+        raise SpecError(f"{spec!r}: option {key!r} must be {text_range}, got {text}")
+    return value
+
+
+def parse_spec(spec: str) -> ParsedSpec:
+    """Parse and validate a spec string; raise :class:`SpecError` (a ``ValueError``) naming
+    the closest valid names or options, or the option whose value is out of range."""
+    if isinstance(spec, ParsedSpec):
+        return spec
+    if not isinstance(spec, str) or not spec.strip():
+        raise SpecError(f"an activation spec must be a non-empty string, got {spec!r}")
+    pieces = [p.strip() for p in spec.strip().split(":")]
+    name = pieces[0].lower()
+    name = _ALIASES.get(name, name)
+    if name not in _REGISTRY:
+        names = sorted(_REGISTRY) + sorted(_ALIASES)
+        raise SpecError(f"unknown activation {pieces[0]!r}; {_closest(pieces[0].lower(), names)}")
+    defn = _REGISTRY[name]
+    options: dict[str, Any] = {}
+    flags: set[str] = set()
+    seen: set[str] = set()
+    for piece in pieces[1:]:
+        if not piece:
+            raise SpecError(f"{spec!r}: empty option (two ':' in a row or a trailing ':')")
+        key, has_value, text = piece.partition("=")
+        key, text = key.strip().lower(), text.strip()
+        if key not in defn.option_names:
+            raise SpecError(f"{spec!r}: unknown option {key!r} for {name!r}; "
+                            f"{_closest(key, defn.option_names)}")
+        if key in seen:
+            raise SpecError(f"{spec!r}: option {key!r} given twice")
+        seen.add(key)
+        is_flag = key in defn.flags or key in defn.module_flags or key in COMMON_FLAGS
+        if is_flag:
+            if has_value:
+                raise SpecError(f"{spec!r}: option {key!r} is a flag and takes no value")
+            flags.add(key)
+            continue
+        if not has_value or not text:
+            raise SpecError(f"{spec!r}: option {key!r} needs a value ({key}=...)")
+        if key in defn.params:
+            value = _number(spec, key, text)
+            check = defn.checks.get(key, _finite)
+            if not check(value):
+                why = defn.check_text.get(key, "a finite number")
+                raise SpecError(f"{spec!r}: option {key!r} must be {why}, got {text}")
+            if value != defn.params[key]:
+                options[key] = value
+        else:
+            options[key] = _common_value(spec, key, text)
+    if ("momentum" in options or "freeze_after" in options) and "adaptive" not in flags:
+        raise SpecError(f"{spec!r}: options 'momentum' and 'freeze_after' need the flag "
+                        "'adaptive'")
+    if "q" in options:
+        if options.get("shift") != "theory":
+            raise SpecError(f"{spec!r}: option 'q' only applies with 'shift=theory'")
+        if math.isclose(options["q"], DEFAULT_Q, rel_tol=0, abs_tol=1e-15):
+            del options["q"]
+    if options.get("shift") == 0.0:
+        del options["shift"]
+    return ParsedSpec(name, options, frozenset(flags))
+
+
+def canonical_spec(spec: str) -> str:
+    """The canonical form of ``spec`` (e.g. ``'swish:beta=1'`` -> ``'silu'``)."""
+    return parse_spec(spec).canonical
+
+
+def base_spec(spec: str | ParsedSpec) -> str:
+    """The elementwise part of ``spec``: the function with its parameters and ``clip``, without
+    shift, adaptive and topk (what the Gaussian shift of ``shift=theory`` is computed for)."""
+    parsed = parse_spec(spec)
+    keep = {k: v for k, v in parsed.options.items() if k not in ("shift", "q", "momentum",
+                                                                   "freeze_after", "topk")}
+    flags = frozenset(f for f in parsed.flags if f != "adaptive")
+    return ParsedSpec(parsed.name, keep, flags).canonical
+
+
+# ------------------------------------------------------------------------------ registry
+def register_activation(
+    name: str,
+    fn: ElementFn,
+    derivative: ElementFn | None = None,
+    *,
+    bounded: bool = False,
+    overwrite: bool = False,
+    **defaults: float,
+) -> None:
+    """Register a user activation under ``name``.
+
+    ``fn(x, **params)`` must be elementwise and differentiable by autograd (the module
+    uses it directly); ``derivative(x, **params)`` is its analytic derivative, used by the
+    theory code (which falls back to a numerical derivative when it is ``None``).
+    Keyword ``defaults`` declare numeric options, e.g.
+    ``register_activation("scaled", lambda x, a: a * x, a=2.0)`` allows ``"scaled:a=3"``.
+    ``bounded`` marks saturating functions. Re-registering a name needs ``overwrite=True``.
+    """
+    if not isinstance(name, str) or not name.isidentifier() or name != name.lower():
+        raise SpecError(f"activation name must be a lower-case identifier, got {name!r}")
+    if name in _ALIASES:
+        raise SpecError(f"{name!r} is an alias of {_ALIASES[name]!r}; choose another name")
+    if name in _REGISTRY and not overwrite:
+        raise SpecError(f"activation {name!r} is already registered; pass overwrite=True "
+                        "to replace it")
+    if not callable(fn) or (derivative is not None and not callable(derivative)):
+        raise SpecError(f"activation {name!r}: fn and derivative must be callable")
+    clash = [k for k in defaults if k in COMMON_OPTIONS]
+    if clash:
+        raise SpecError(f"activation {name!r}: parameter names {clash} clash with the "
+                        f"common options {COMMON_OPTIONS}")
+    params: dict[str, float | None] = {}
+    for key, value in defaults.items():
+        if not key.isidentifier() or key != key.lower():
+            raise SpecError(f"activation {name!r}: parameter {key!r} must be a lower-case "
+                            "identifier")
+        try:
+            params[key] = float(value)
+        except (TypeError, ValueError):
+            raise SpecError(f"activation {name!r}: default of {key!r} must be a number, "
+                            f"got {value!r}") from None
+    _add(ActivationDef(name, fn, derivative, params=params, bounded=bounded))
+
+
+def available_activations() -> list[str]:
+    """Sorted names of every registered activation (aliases such as ``swish`` excluded)."""
+    return sorted(_REGISTRY)
+
+
+def activation_info(name: str) -> ActivationDef:
+    """The registry entry of ``name`` (alias resolved)."""
+    return _REGISTRY[parse_spec(name).name]
+
+
+def is_bounded(spec: str) -> bool:
+    """True for saturating activations (sigmoid, tanh, user ones registered as bounded)."""
+    return _REGISTRY[parse_spec(spec).name].bounded
+
+
+def resolve_elementwise(
+    spec: str,
+) -> tuple[Callable[[Tensor], Tensor], Callable[[Tensor], Tensor] | None]:
+    """The elementwise function f of ``spec`` and its analytic derivative f' (``None`` when
+    the activation has none).
+
+    Includes the function's parameters, ``clip`` and a numeric ``shift``; excludes
+    ``shift=theory``, ``adaptive`` and ``topk``. Learnable activations give the function at
+    their initial parameters; ``noisy_relu`` its eval-mode ReLU; for ``sugar`` f' is the
+    surrogate gradient its backward uses. Uses the reference math (exact softplus).
+    """
+    parsed = parse_spec(spec)
+    defn = _REGISTRY[parsed.name]
+    params = parsed.params
+    clip = parsed.options.get("clip")
+    shift = parsed.options.get("shift")
+    offset = shift if isinstance(shift, float) else 0.0
+
+    def f(x: Tensor) -> Tensor:
+        y = defn.fn(x, **params)
+        if clip is not None:
+            y = torch.clamp_max(y, clip)
+        return y - offset if offset else y
+
+    if defn.derivative is None:
+        return f, None
+    derivative = defn.derivative
+
+    def df(x: Tensor) -> Tensor:
+        slope = derivative(x, **params)
+        if clip is not None:
+            slope = torch.where(defn.fn(x, **params) > clip, torch.zeros_like(slope), slope)
+        return slope
+
+    return f, df
+
+
+def theory_shift(spec: str | ParsedSpec, q: float = DEFAULT_Q) -> float:
+    """E f(z) for z ~ N(0, q), f the elementwise part of ``spec``.
+
+    Uses :func:`actlab.theory.gaussian.shift`; if that module is not importable, a
+    200-point Gauss-Legendre quadrature folded at 0 (the same method, accurate to ~1e-12
+    for functions smooth on each side of 0).
+    """
+    base = base_spec(spec)
+    try:
+        from actlab.theory.gaussian import shift as gaussian_shift
+    except ImportError:
+        return _quadrature_mean(resolve_elementwise(base)[0], q)
+    return float(gaussian_shift(base, q))
+
+
+def _quadrature_mean(f: Callable[[Tensor], Tensor], q: float) -> float:
+    import numpy as np
+
+    nodes, weights = np.polynomial.legendre.leggauss(200)
+    upper = 12.0  # the standard normal density is below 1e-31 beyond
+    z = torch.from_numpy(0.5 * upper * (nodes + 1.0))
+    w = torch.from_numpy(0.5 * upper * weights) * torch.exp(-0.5 * z * z) / math.sqrt(2 * math.pi)
+    scale = math.sqrt(q)
+    total = (w * (f(scale * z) + f(-scale * z))).sum()
+    return float(total)
+
+
+# -------------------------------------------------------------------------------- module
+class SpecActivation(Activation):
+    """The module built from a spec: the function, then clip, shift, adaptive and topk.
+
+    Attributes: ``spec`` (canonical string), ``bounded``, ``clip``, ``shift`` (the
+    constant subtracted, with ``shift=theory`` resolved at construction), ``center``
+    (an :class:`~actlab.activations.shift.AdaptiveCenter` or ``None``), ``topk``.
+    """
+
+    def __init__(self, parsed: ParsedSpec) -> None:
+        super().__init__()
+        defn = _REGISTRY[parsed.name]
+        self.spec = parsed.canonical
+        self.parsed = parsed
+        self.bounded = defn.bounded
+        params = parsed.params
+        self.clip: float | None = parsed.options.get("clip")
+        shift = parsed.options.get("shift")
+        if shift == "theory":
+            shift = theory_shift(parsed, parsed.options.get("q", DEFAULT_Q))
+        self.shift: float = float(shift or 0.0)
+        self.topk: float | None = parsed.options.get("topk")
+        adaptive = "adaptive" in parsed.flags
+        self.center = (
+            AdaptiveCenter(parsed.options.get("momentum"), parsed.options.get("freeze_after"))
+            if adaptive else None
+        )
+        self.core: nn.Module | None = None
+        post_ops = self.clip is not None or self.shift != 0.0 or adaptive
+        if parsed.name == "silu" and "learnable" in parsed.flags:
+            self.core = LearnableSiLUCore(params["beta"])
+            self._inplace_ok = True
+        elif defn.core is not None:
+            self.core = defn.core(**params)
+            self._inplace_ok = defn.inplace_ok
+        else:
+            kernel = defn.fast or defn.fn
+            self._inplace_ok = defn.inplace_ok
+            if post_ops and defn.fast_inplace is not None:
+                kernel, self._inplace_ok = defn.fast_inplace, True
+            self._fn = partial(kernel, **params) if params else kernel
+        if self.clip is not None:
+            self._inplace_ok = True  # clamp_max returns a fresh tensor it does not save
+
+    def forward(self, x: Tensor) -> Tensor:
+        """Apply the activation and its options."""
+        y = self.core(x) if self.core is not None else self._fn(x)
+        if self.clip is not None:
+            y = torch.clamp_max(y, self.clip)
+        if self.shift != 0.0:
+            y = y.sub_(self.shift) if self._inplace_ok else y - self.shift
+        if self.center is not None:
+            y = self.center(y, inplace=self._inplace_ok or self.shift != 0.0)
+        if self.topk is not None:
+            y = topk_sparsify(y, self.topk)
+        return y
+
+
+def activation(spec: str) -> Activation:
+    """Build the module for ``spec``, e.g. ``activation("gelu:adaptive")``.
+
+    Raises :class:`~actlab.errors.SpecError` (a ``ValueError``) for unknown names or
+    options (naming the closest valid ones) and out-of-range values (naming the option).
+    """
+    return SpecActivation(parse_spec(spec))

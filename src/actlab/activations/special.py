@@ -1,0 +1,99 @@
+"""Activations with parameters, randomness or a custom backward: PReLU, learnable SiLU,
+NoisyReLU and SUGAR.
+
+These are the "core" modules a spec wraps; :class:`~actlab.activations.spec.SpecActivation`
+adds the shared options (shift, adaptive, clip, topk) around them.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from actlab.activations.elementwise import sugar_surrogate
+
+
+class PReLUCore(nn.Module):
+    """Leaky ReLU with one learnable negative slope (shared by all features)."""
+
+    def __init__(self, slope: float = 0.25) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.tensor([float(slope)]))
+
+    def forward(self, x: Tensor) -> Tensor:
+        """x for x > 0, weight * x otherwise."""
+        return F.prelu(x, self.weight.to(x.dtype))
+
+
+class LearnableSiLUCore(nn.Module):
+    """Swish x σ(βx) with a learnable scalar β (Ramachandran et al. 2017)."""
+
+    def __init__(self, beta: float = 1.0) -> None:
+        super().__init__()
+        self.beta = nn.Parameter(torch.tensor(float(beta)))
+
+    def forward(self, x: Tensor) -> Tensor:
+        """x σ(βx)."""
+        return x * torch.sigmoid(self.beta.to(x.dtype) * x)
+
+
+class NoisyReLUCore(nn.Module):
+    """NoisyReLU (Gulcehre et al. 2016) in the form of "Bug or Feature²", App. D.7.
+
+    In training mode::
+
+        δ = max(−x, 0)                       (distance below the kink)
+        σ = c (sigmoid(p δ) − 1/2)²          (noise scale, learnable through p)
+        out = α relu(x) + (1 − α) x + σ |ε|  with ε ~ N(0, 1), only where x < 0
+
+    so with α = 1 only the half-normal noise acts, and only on negative pre-activations.
+    In eval mode the output is plain ``relu(x)``. ``p``, ``c`` and ``alpha`` are learnable
+    parameters; ``p`` is drawn from N(0, 1) at construction unless given (as in the paper's
+    code), so seed the global generator for reproducible models.
+    """
+
+    def __init__(self, p: float | None = None, c: float = 1.0, alpha: float = 1.0) -> None:
+        super().__init__()
+        p_init = torch.randn(1) if p is None else torch.tensor([float(p)])
+        self.p = nn.Parameter(p_init)
+        self.c = nn.Parameter(torch.tensor(float(c)))
+        self.alpha = nn.Parameter(torch.tensor(float(alpha)))
+
+    def forward(self, x: Tensor) -> Tensor:
+        """Noisy in training mode, ReLU in eval mode."""
+        if not self.training:
+            return F.relu(x)
+        p, c, alpha = (t.to(x.dtype) for t in (self.p, self.c, self.alpha))
+        negative = x < 0
+        delta = torch.clamp_min(-x, 0.0)
+        scale = c * (torch.sigmoid(p * delta) - 0.5).square()
+        eps = torch.randn_like(x).abs_()
+        noise = torch.where(negative, scale * eps, torch.zeros_like(x))
+        # The noise is added after the rectifier, so it survives (unlike code that applies
+        # the ReLU last and thereby zeroes exactly the noisy entries).
+        return alpha * F.relu(x) + (1.0 - alpha) * x + noise
+
+
+class _SugarFunction(torch.autograd.Function):
+    """ReLU forward, B-SiLU surrogate backward."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, alpha: float) -> Tensor:  # type: ignore[override]
+        ctx.save_for_backward(x)
+        ctx.alpha = alpha
+        return torch.clamp_min(x, 0.0)
+
+    @staticmethod
+    def backward(ctx, grad_output: Tensor) -> tuple[Tensor, None]:  # type: ignore[override]
+        (x,) = ctx.saved_tensors
+        return grad_output * sugar_surrogate(x, ctx.alpha), None
+
+
+def sugar(x: Tensor, alpha: float = 1.67) -> Tensor:
+    """SUGAR (Horuz et al. 2025): ReLU values, gradient σ(x)+(x+α)σ(x)(1−σ(x)).
+
+    Implemented as a ``torch.autograd.Function``, so autograd really calls the surrogate
+    (a ``backward`` method on an ``nn.Module`` would be ignored and train as plain ReLU).
+    """
+    return _SugarFunction.apply(x, alpha)
