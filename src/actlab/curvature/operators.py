@@ -1,0 +1,170 @@
+"""Curvature operators: Hessian- and Gauss–Newton-vector products of a model's loss.
+
+Both operators share one interface (``matvec(v)``, ``dim``, ``to_dense()``) so the
+eigen-solvers in :mod:`actlab.curvature.eigen` never care which curvature they see.
+Products are computed with :mod:`torch.func` on a frozen functional copy of the model:
+
+* Hessian: forward-over-reverse, ``jvp(grad(loss))`` — one forward, one backward and their
+  tangents per batch; exact, and cheaper in memory than double backward.
+* Gauss–Newton ``JᵀH_L J``: ``jvp`` through the model for ``Jv``, the loss's own
+  Hessian-vector product in output space for ``H_L Jv`` (works for any loss convex in the
+  outputs: MSE, cross-entropy, a user lambda), then ``vjp`` for ``Jᵀ(·)``.
+
+Products are averaged over batches weighted by batch size, so with a mean-reduced loss
+they equal the curvature of the loss on the union of the batches. The model's parameters,
+``.grad`` fields and ``train()``/``eval()`` mode are never changed; a model with dropout
+in training mode therefore gives random products (put it in ``eval()`` yourself).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+
+import torch
+from torch import nn
+from torch.func import grad, jvp, vjp
+
+from actlab.curvature.functional import (
+    Batch,
+    FunctionalModel,
+    LossFn,
+    ParamSelection,
+    batch_weights,
+    check_batches,
+    resolve_loss,
+)
+
+# to_dense() builds the matrix column by column; beyond this it is almost surely a mistake.
+_DENSE_LIMIT = 20_000
+
+
+class CurvatureOperator(ABC):
+    """A symmetric linear operator on flat parameter vectors.
+
+    Subclasses implement :meth:`_matvec`; :meth:`matvec` validates the input and counts
+    calls in ``n_matvecs`` (the cost unit of every eigen-solver).
+    """
+
+    dim: int
+    dtype: torch.dtype
+    device: torch.device
+
+    def __init__(self) -> None:
+        self.n_matvecs = 0
+
+    @abstractmethod
+    def _matvec(self, v: torch.Tensor) -> torch.Tensor:
+        """The product with a flat vector of length ``dim``."""
+
+    def matvec(self, v: torch.Tensor) -> torch.Tensor:
+        """Return ``A @ v`` for a flat vector ``v`` of length ``dim``."""
+        if v.ndim != 1 or v.numel() != self.dim:
+            raise ValueError(f"expected a flat vector of length {self.dim}, got shape {tuple(v.shape)}")
+        self.n_matvecs += 1
+        return self._matvec(v.to(dtype=self.dtype, device=self.device)).detach()
+
+    __matmul__ = matvec
+
+    def to_dense(self) -> torch.Tensor:
+        """The full ``dim × dim`` matrix, built from ``dim`` products (small models only)."""
+        if self.dim > _DENSE_LIMIT:
+            raise ValueError(f"to_dense: dim={self.dim} exceeds {_DENSE_LIMIT}; use an eigen-solver")
+        eye = torch.eye(self.dim, dtype=self.dtype, device=self.device)
+        cols = [self.matvec(eye[i]) for i in range(self.dim)]
+        return torch.stack(cols, dim=1)
+
+
+class _ModelOperator(CurvatureOperator):
+    """Shared set-up: a frozen functional model, a loss and weighted batches."""
+
+    def __init__(
+        self,
+        model: nn.Module,
+        loss_fn: LossFn | str,
+        batches: Sequence[Batch] | Batch,
+        params: ParamSelection = None,
+    ) -> None:
+        super().__init__()
+        self.fmodel = FunctionalModel(model, params)
+        self.loss_fn = resolve_loss(loss_fn)
+        self.batches = check_batches(batches)
+        self.weights = batch_weights(self.batches)
+        self.dim = self.fmodel.dim
+        self.dtype = self.fmodel.dtype
+        self.device = self.fmodel.device
+
+    @property
+    def param_names(self) -> list[str]:
+        """Names of the parameters this operator acts on, in flat-vector order."""
+        return list(self.fmodel.names)
+
+    def flat_params(self) -> torch.Tensor:
+        """The parameters (at which the curvature is taken) as one flat vector."""
+        return self.fmodel.flat_params()
+
+
+class HessianOperator(_ModelOperator):
+    """Hessian of the loss with respect to the selected parameters.
+
+    ``HessianOperator(model, loss_fn, batches, params=None)``: ``loss_fn(output, y)`` is a
+    callable or ``"mse"`` / ``"cross_entropy"``; ``batches`` a list of ``(x, y)`` pairs;
+    ``params`` ``None`` (all trainable), a filter ``f(name, tensor) -> bool`` or a list of
+    names (for per-block spectra).
+    """
+
+    def _matvec(self, v: torch.Tensor) -> torch.Tensor:
+        fm = self.fmodel
+        tangent = fm.layout.unflatten(v)
+        out = torch.zeros(self.dim, dtype=self.dtype, device=self.device)
+        for w, batch in zip(self.weights, self.batches):
+            grad_fn = grad(lambda p, b=batch: fm.loss(p, b, self.loss_fn))
+            _, hv = jvp(grad_fn, (fm.params,), (tangent,))
+            out += w * fm.layout.flatten(hv)
+        return out
+
+
+class GaussNewtonOperator(_ModelOperator):
+    """Generalised Gauss–Newton matrix ``E[Jᵀ H_L J]`` of the loss.
+
+    ``J`` is the Jacobian of the model output with respect to the selected parameters and
+    ``H_L`` the Hessian of ``loss_fn`` with respect to the output (for ``"mse"``, i.e.
+    :func:`torch.nn.functional.mse_loss` with mean reduction, ``H_L = 2/(n·d_out)·I``).
+    Positive semi-definite whenever the loss is convex in the output.
+    """
+
+    def _matvec(self, v: torch.Tensor) -> torch.Tensor:
+        fm = self.fmodel
+        tangent = fm.layout.unflatten(v)
+        out = torch.zeros(self.dim, dtype=self.dtype, device=self.device)
+        for w, (x, y) in zip(self.weights, self.batches):
+
+            def forward(p, x=x):
+                return fm(p, x)
+
+            output, vjp_fn = vjp(forward, fm.params)
+            _, jv = jvp(forward, (fm.params,), (tangent,))
+
+            def output_grad(o, y=y):
+                return grad(lambda o_: self.loss_fn(o_, y))(o)
+
+            _, hjv = jvp(output_grad, (output,), (jv,))
+            (jthjv,) = vjp_fn(hjv)
+            out += w * fm.layout.flatten(jthjv)
+        return out
+
+
+class DenseOperator(CurvatureOperator):
+    """Wrap an explicit symmetric matrix in the operator interface (tests, small problems)."""
+
+    def __init__(self, matrix: torch.Tensor) -> None:
+        super().__init__()
+        if matrix.ndim != 2 or matrix.shape[0] != matrix.shape[1]:
+            raise ValueError(f"expected a square matrix, got shape {tuple(matrix.shape)}")
+        self.matrix = matrix
+        self.dim = matrix.shape[0]
+        self.dtype = matrix.dtype
+        self.device = matrix.device
+
+    def _matvec(self, v: torch.Tensor) -> torch.Tensor:
+        return self.matrix @ v
