@@ -66,19 +66,31 @@ class Moments:
 def resolve(spec: str) -> tuple[Elementwise, Elementwise]:
     """The elementwise function of ``spec`` and its derivative, both on float64 tensors.
 
-    The derivative is the registry's analytic one when it has one, else autograd of the
-    function, else central finite differences. Specs that are not elementwise (``adaptive``,
-    ``topk``) raise the registry's ``ValueError``.
+    The derivative is the registry's analytic one when it has one (for ``sugar`` the
+    surrogate its backward uses), else autograd of the function, else central finite
+    differences. ``shift=theory`` subtracts the Gaussian mean of the base function at the
+    spec's ``q`` (default 1/3). Specs that are not elementwise (``adaptive``, ``topk``:
+    they depend on the other features of the example) raise ``ValueError``.
     """
-    try:
-        from actlab.activations.spec import resolve_elementwise
-    except ModuleNotFoundError as exc:  # activation library not installed in this tree yet
-        if exc.name not in {"actlab.activations.spec", "actlab.activations"}:
-            raise
-        resolve_elementwise = _fallback_resolve
+    from actlab.activations.spec import DEFAULT_Q, base_spec, parse_spec, resolve_elementwise
+
+    parsed = parse_spec(spec)
+    extra = sorted({"adaptive"} & parsed.flags | {"topk"} & set(parsed.options))
+    if extra:
+        raise ValueError(
+            f"{spec!r}: option {' and '.join(extra)} is not elementwise, so it has no Gaussian "
+            f"averages; use {base_spec(parsed)!r}"
+        )
     function, derivative = resolve_elementwise(spec)
     if derivative is None:
         derivative = _numerical_derivative(function)
+    if parsed.options.get("shift") == "theory":
+        offset = shift(base_spec(parsed), parsed.options.get("q", DEFAULT_Q))
+        unshifted = function
+
+        def function(x: torch.Tensor) -> torch.Tensor:
+            return unshifted(x) - offset
+
     return function, derivative
 
 
@@ -198,23 +210,3 @@ def shift(spec: str, q: float = 1 / 3) -> float:
     function, _ = resolve(spec)
     return expectation(function, q)
 
-
-def _fallback_resolve(spec: str) -> tuple[Elementwise, None]:
-    """A few torch activations by plain name, used only while the spec registry is absent."""
-    import torch.nn.functional as F
-
-    table: dict[str, Elementwise] = {
-        "relu": torch.relu,
-        "leaky_relu": F.leaky_relu,
-        "elu": F.elu,
-        "selu": F.selu,
-        "gelu": F.gelu,
-        "silu": F.silu,
-        "sigmoid": torch.sigmoid,
-        "tanh": torch.tanh,
-        "softplus": lambda x: F.softplus(x, threshold=1e9),
-        "identity": lambda x: x,
-    }
-    if spec not in table:
-        raise ValueError(f"unknown activation {spec!r}")
-    return table[spec], None
