@@ -1,0 +1,146 @@
+"""Commands ``run``, ``sweep``, ``report`` and ``reproduce`` of the ``actlab`` CLI.
+
+Set ``ACTLAB_EXPERIMENT_MODULES=pkg.mod1,pkg.mod2`` to register experiments that live
+outside ``actlab.experiments`` (they are imported before the experiment is looked up).
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+from pathlib import Path
+
+import click
+
+from actlab.cli import main
+from actlab.runner.config import parse_assignments
+from actlab.runner.plan import parse_grid
+from actlab.runner.session import RunOptions, RunOutcome, run_experiment
+
+PLUGIN_VARIABLE = "ACTLAB_EXPERIMENT_MODULES"
+
+
+def load_plugins() -> None:
+    """Import the modules named in ``$ACTLAB_EXPERIMENT_MODULES`` (comma-separated)."""
+    for name in filter(None, (m.strip() for m in os.environ.get(PLUGIN_VARIABLE, "").split(","))):
+        importlib.import_module(name)
+
+
+def _scale(quick: bool, full: bool) -> str:
+    if quick and full:
+        raise click.UsageError("--quick and --full exclude each other")
+    return "quick" if quick else "full" if full else "default"
+
+
+def _finish(outcomes: list[RunOutcome]) -> None:
+    """Print where results are; exit 1 naming failures."""
+    lines = []
+    for outcome in outcomes:
+        click.echo(f"{outcome.experiment}: {outcome.path} ({outcome.n_units} units, "
+                   f"{outcome.n_skipped} resumed, {len(outcome.diverged)} diverged, "
+                   f"{len(outcome.failed)} failed)")
+        for item in outcome.diverged:
+            click.echo(f"  diverged: {item['label']}")
+        lines += outcome.failure_lines()
+    if lines:
+        click.echo(f"error: {len(lines)} failure(s):", err=True)
+        for line in lines:
+            click.echo(f"  {line}", err=True)
+        sys.exit(1)
+
+
+def _common(function):
+    """Options shared by ``run`` and ``sweep``."""
+    options = [
+        click.option("--quick", is_flag=True, help="Use the experiment's quick scale."),
+        click.option("--full", is_flag=True, help="Use the experiment's full scale."),
+        click.option("--seeds", type=int, default=None, help="Number of seeds (values 0..N-1)."),
+        click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Override a config field."),
+        click.option("--out", type=click.Path(file_okay=False), default="runs", show_default=True,
+                     help="Root folder of run directories."),
+        click.option("--name", default=None, help="Run name (default: from scale, --set, --grid, seeds)."),
+        click.option("--resume", is_flag=True, help="Skip units already finished in the run directory."),
+        click.option("--workers", type=int, default=1, show_default=True, help="Parallel processes."),
+        click.option("--device", default="cpu", show_default=True, help="cpu, cuda or cuda:N."),
+        click.option("--tensorboard", default=None, metavar="DIR", help="Also log scalars to TensorBoard."),
+        click.option("--mlflow", default=None, metavar="URI", help="Also log to MLflow (a path = file store)."),
+    ]
+    for option in reversed(options):
+        function = option(function)
+    return function
+
+
+@main.command("run")
+@click.argument("experiment", required=False)
+@click.option("--list", "list_only", is_flag=True, help="List the registered experiments.")
+@_common
+def run_command(experiment, list_only, quick, full, seeds, sets, out, name, resume, workers, device,
+                tensorboard, mlflow):
+    """Run EXPERIMENT into OUT/EXPERIMENT/NAME (config, env, metrics, summary, figures, report)."""
+    load_plugins()
+    if list_only:
+        from actlab.runner.experiment import list_experiments
+
+        for key, cls in list_experiments().items():
+            click.echo(f"{key:24s} {cls.description}")
+        return
+    if not experiment:
+        raise click.UsageError("missing EXPERIMENT (or use --list)")
+    options = RunOptions(out=Path(out), name=name, resume=resume, workers=workers, device=device,
+                         tensorboard=tensorboard, mlflow=mlflow, command=list(sys.argv))
+    outcome = run_experiment(experiment, _scale(quick, full), parse_assignments(sets), None, seeds, options)
+    _finish([outcome])
+
+
+@main.command("sweep")
+@click.argument("experiment")
+@click.option("--grid", multiple=True, required=True, metavar="KEY=V1,V2",
+              help="Values of one field (repeatable; use | to separate values containing commas).")
+@click.option("--backend", type=click.Choice(["local", "ray"]), default="local", show_default=True)
+@click.option("--address", default=None, help="Ray cluster address (default: start a local instance).")
+@_common
+def sweep_command(experiment, grid, backend, address, quick, full, seeds, sets, out, name, resume,
+                  workers, device, tensorboard, mlflow):
+    """Run EXPERIMENT over every combination of --grid values, as one resumable run directory."""
+    load_plugins()
+    options = RunOptions(out=Path(out), name=name, resume=resume, backend=backend, workers=workers,
+                         address=address, device=device, tensorboard=tensorboard, mlflow=mlflow,
+                         command=list(sys.argv))
+    outcome = run_experiment(experiment, _scale(quick, full), parse_assignments(sets), parse_grid(grid),
+                             seeds, options)
+    _finish([outcome])
+
+
+@main.command("report")
+@click.argument("run_dir", type=click.Path(exists=True, file_okay=False))
+def report_command(run_dir):
+    """(Re)write RUN_DIR/report.html from the files in RUN_DIR."""
+    from actlab.runner.report import write_report
+
+    click.echo(str(write_report(run_dir)))
+
+
+@main.command("reproduce")
+@click.option("--quick", is_flag=True, help="Quick scale (minutes per experiment).")
+@click.option("--full", is_flag=True, help="Full scale.")
+@click.option("--only", default=None, metavar="A,B", help="Only these experiments.")
+@click.option("--out", type=click.Path(file_okay=False), default="runs", show_default=True)
+@click.option("--resume", is_flag=True, help="Skip units already finished.")
+@click.option("--workers", type=int, default=1, show_default=True)
+@click.option("--device", default="cpu", show_default=True)
+def reproduce_command(quick, full, only, out, resume, workers, device):
+    """Run every registered experiment and write OUT/index.html with the headline findings."""
+    from actlab.runner.reproduce import reproduce
+
+    load_plugins()
+    names = [n.strip() for n in only.split(",") if n.strip()] if only else None
+    options = RunOptions(out=Path(out), resume=resume, workers=workers, device=device,
+                         command=list(sys.argv))
+    outcome = reproduce(_scale(quick, full), names, options, echo=click.echo)
+    click.echo(f"index: {outcome.index}")
+    if outcome.failed:
+        click.echo(f"error: {len(outcome.failed)} experiment(s) failed:", err=True)
+        for entry in outcome.failed:
+            click.echo(f"  {entry['experiment']}: {'; '.join(entry['problems'])}", err=True)
+        sys.exit(1)

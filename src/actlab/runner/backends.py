@@ -1,0 +1,92 @@
+"""Execution backends: in-process, a local process pool, or Ray tasks.
+
+Every backend takes the same :class:`~actlab.runner.execute.UnitTask` list and calls
+``on_done(record)`` in the parent as each unit finishes, so the parent (the only writer
+of the run directory) saves it at once. Results do not depend on the backend: the table
+is assembled afterwards in plan order.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import sys
+from collections.abc import Callable, Sequence
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from typing import Any
+
+from actlab.errors import ConfigError
+from actlab.runner.execute import UnitTask, execute_unit
+
+BACKENDS = ("local", "ray")
+OnDone = Callable[[dict[str, Any]], None]
+
+
+def threads_per_worker(workers: int) -> int:
+    """Torch threads for each of ``workers`` processes: ``max(1, cores // workers)``."""
+    return max(1, (os.cpu_count() or 1) // max(1, workers))
+
+
+def _init_worker(threads: int, sys_path: list[str]) -> None:
+    for entry in reversed(sys_path):
+        if entry not in sys.path:
+            sys.path.insert(0, entry)
+    import torch
+
+    torch.set_num_threads(threads)
+
+
+def run_local(tasks: Sequence[UnitTask], on_done: OnDone, workers: int = 1) -> None:
+    """Run tasks in this process (``workers == 1``) or a spawn-context process pool."""
+    if workers < 1:
+        raise ConfigError("--workers", f"must be >= 1, got {workers}")
+    if workers == 1 or len(tasks) <= 1:
+        for task in tasks:
+            on_done(execute_unit(task))
+        return
+    threads = threads_per_worker(workers)
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(
+        max_workers=min(workers, len(tasks)),
+        mp_context=context,
+        initializer=_init_worker,
+        initargs=(threads, list(sys.path)),
+    ) as pool:
+        pending = {pool.submit(execute_unit, task) for task in tasks}
+        while pending:
+            done, pending = wait(pending, return_when=FIRST_COMPLETED)
+            for future in done:
+                on_done(future.result())
+
+
+def run_ray(
+    tasks: Sequence[UnitTask], on_done: OnDone, address: str | None = None, workers: int | None = None
+) -> None:
+    """Submit tasks as Ray tasks to ``ray.init(address=...)`` (a local instance when None).
+
+    If Ray is already initialised (e.g. by the caller), that instance is used and left
+    running; otherwise this starts one and shuts it down at the end.
+    """
+    try:
+        import ray
+    except ImportError as exc:  # the optional extra is missing
+        raise ConfigError("--backend", f"ray is not installed ({exc}); pip install 'actlab[ray]'") from None
+    started_here = False
+    if not ray.is_initialized():
+        kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False}
+        if address:
+            kwargs["address"] = address
+        elif workers:
+            kwargs["num_cpus"] = workers
+        ray.init(**kwargs)
+        started_here = True
+    try:
+        remote = ray.remote(num_cpus=1, max_retries=0)(execute_unit)
+        pending = [remote.remote(task) for task in tasks]
+        while pending:
+            done, pending = ray.wait(pending, num_returns=1)
+            for ref in done:
+                on_done(ray.get(ref))
+    finally:
+        if started_here:
+            ray.shutdown()

@@ -1,0 +1,323 @@
+"""Running an experiment (or a sweep over a grid) into a run directory.
+
+:func:`run_experiment` plans the units, skips finished ones when resuming, executes the
+rest on a backend while saving each unit as it ends, then assembles ``metrics.csv``,
+calls the experiment's ``summarize`` and ``claims`` and writes the report. It raises only
+for user errors (bad config, unknown experiment); failures of units or of ``summarize``
+are recorded and returned in :class:`RunOutcome`.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from actlab.errors import ConfigError
+from actlab.runner.atomic import dumps
+from actlab.runner.backends import BACKENDS, run_local, run_ray, threads_per_worker
+from actlab.runner.config import config_to_dict
+from actlab.runner.env import environment
+from actlab.runner.execute import UnitTask, error_headline, module_root
+from actlab.runner.experiment import (
+    STATUS_DIVERGED,
+    STATUS_FAILED,
+    STATUS_OK,
+    RunContext,
+    get_experiment,
+)
+from actlab.runner.plan import Plan, PlannedUnit, default_run_name, make_plan, point_label, slug
+from actlab.runner.rundir import RunDir, sort_rows, table_frame
+from actlab.runner.sinks import MlflowSink, Sink, TensorBoardSink, flatten
+
+
+@dataclass
+class RunOptions:
+    """How and where to run (everything that does not change the numbers)."""
+
+    out: Path = Path("runs")
+    name: str | None = None  # run name; default from scale, overrides, grid and seeds
+    resume: bool = False
+    backend: str = "local"
+    workers: int = 1
+    address: str | None = None
+    device: str = "cpu"
+    tensorboard: str | None = None
+    mlflow: str | None = None
+    command: list[str] | None = None  # recorded in env.json (default: sys.argv)
+    progress: bool | None = None  # None: progress bars only on a TTY
+
+
+@dataclass
+class RunOutcome:
+    """What happened in a run: where it is, which units failed or diverged, the summary."""
+
+    experiment: str
+    path: Path
+    n_units: int
+    n_skipped: int
+    failed: list[dict[str, Any]] = field(default_factory=list)
+    diverged: list[dict[str, Any]] = field(default_factory=list)
+    summary: dict[str, Any] | None = None
+    summary_error: str | None = None
+    claims: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        """True when no unit failed and ``summarize`` worked."""
+        return not self.failed and self.summary_error is None
+
+    def failure_lines(self) -> list[str]:
+        """One line per failure, for the CLI's final message."""
+        lines = [f"{self.experiment} unit {f['label']}: {f['error']}" for f in self.failed]
+        if self.summary_error:
+            lines.append(f"{self.experiment} summarize: {error_headline(self.summary_error)}")
+        return lines
+
+
+def check_device(device: str) -> str:
+    """Validate ``--device`` (``cpu``, ``cuda`` or ``cuda:N``)."""
+    import torch
+
+    if device == "cpu":
+        return device
+    if device == "cuda" or device.startswith("cuda:"):
+        if not torch.cuda.is_available():
+            raise ConfigError("--device", "cuda is not available on this machine")
+        return device
+    raise ConfigError("--device", f"must be cpu, cuda or cuda:N, got {device!r}")
+
+
+def unit_label(point: dict[str, Any], unit: dict[str, Any], seeds: list[int] | tuple[int, ...]) -> str:
+    """Readable label of a unit, e.g. ``lr=0.1 act=relu seeds=0,1``."""
+    parts = [point_label(point), point_label(unit), "seeds=" + ",".join(map(str, seeds))]
+    return " ".join(p for p in parts if p)
+
+
+def _run_prefix(point: dict[str, Any]) -> str:
+    label = point_label(point)
+    return f"{label}/" if label else ""
+
+
+def _first_difference(old: dict[str, Any], new: dict[str, Any]) -> str:
+    for key in sorted(set(old) | set(new)):
+        if old.get(key) != new.get(key):
+            return key
+    return "?"
+
+
+def _config_record(plan: Plan, name: str, grid: dict[str, list[str]]) -> dict[str, Any]:
+    record: dict[str, Any] = {
+        "experiment": plan.experiment.name,
+        "name": name,
+        "scale": plan.scale,
+        "seeds": plan.seeds,
+        "overrides": {k: str(v) for k, v in plan.overrides.items()},
+        "grid": grid,
+        "points": [
+            {"point": p, "config": config_to_dict(c)} for p, c in zip(plan.points, plan.configs)
+        ],
+    }
+    if not grid:
+        record["config"] = config_to_dict(plan.configs[0])
+    return json.loads(dumps(record))
+
+
+def _sinks(options: RunOptions) -> list[Sink]:
+    sinks: list[Sink] = []
+    if options.tensorboard:
+        sinks.append(TensorBoardSink(options.tensorboard))
+    if options.mlflow:
+        sinks.append(MlflowSink(options.mlflow))
+    return sinks
+
+
+def _tasks(plan: Plan, todo: list[PlannedUnit], run_dir: RunDir, options: RunOptions) -> list[UnitTask]:
+    experiment = plan.experiment
+    module = type(experiment).__module__
+    root = module_root(module)
+    pooled = options.backend == "ray" or options.workers > 1
+    threads = threads_per_worker(options.workers) if pooled else None
+    show = options.progress if options.progress is not None else sys.stderr.isatty()
+    tasks = []
+    for unit in todo:
+        config = plan.config_for(unit.point)
+        tasks.append(
+            UnitTask(
+                experiment=experiment.name,
+                module=module,
+                module_root=root,
+                config=config_to_dict(config),
+                point=unit.point,
+                unit=unit.unit,
+                seeds=list(unit.seeds),
+                unit_id=unit.id,
+                workdir=str(run_dir.work_dir / unit.id),
+                device=options.device,
+                threads=threads,
+                quiet=pooled or not show,
+            )
+        )
+    return tasks
+
+
+def _progress_bar(total: int, description: str, options: RunOptions):
+    from tqdm.auto import tqdm
+
+    show = options.progress if options.progress is not None else sys.stderr.isatty()
+    return tqdm(total=total, desc=description, unit="unit", disable=not show, file=sys.stderr)
+
+
+def _summarize(
+    plan: Plan, records: list[dict[str, Any]], run_dir: RunDir
+) -> tuple[Any, list[dict[str, Any]]]:
+    """Call ``summarize``/``claims`` per grid point; return summary.json content and claims."""
+    experiment = plan.experiment
+    sweep = len(plan.points) > 1 or bool(plan.points[0])
+    summaries = []
+    claims: list[dict[str, Any]] = []
+    for point, config in zip(plan.points, plan.configs):
+        mine = [r for r in records if r["point"] == point]
+        table = table_frame(sort_rows(mine))
+        results = [
+            {
+                "id": r["id"],
+                "point": r["point"],
+                "unit": r["unit"],
+                "seeds": r["seeds"],
+                "status": r["status"],
+                "error": r["error"],
+                "data": r["data"],
+            }
+            for r in mine
+        ]
+        figures = run_dir.figures_dir / slug(point_label(point)) if sweep else run_dir.figures_dir
+        ctx = RunContext(out_dir=run_dir.path, figures_dir=figures)
+        summary = experiment.summarize(config, table, results, ctx)
+        summary = json.loads(dumps(summary if summary is not None else {}))
+        for claim in experiment.claims(summary) or []:
+            row = json.loads(dumps(claim))
+            row["point"] = point_label(point)
+            claims.append(row)
+        summaries.append({"point": point, "summary": summary})
+    content = {"points": summaries} if sweep else summaries[0]["summary"]
+    return content, claims
+
+
+def run_experiment(
+    name: str,
+    scale: str = "default",
+    overrides: dict[str, Any] | None = None,
+    grid: dict[str, list[str]] | None = None,
+    n_seeds: int | None = None,
+    options: RunOptions | None = None,
+) -> RunOutcome:
+    """Run experiment ``name`` at ``scale`` with ``overrides`` over ``grid`` into a run directory."""
+    options = options or RunOptions()
+    if options.backend not in BACKENDS:
+        raise ConfigError("--backend", f"must be one of {', '.join(BACKENDS)}, got {options.backend!r}")
+    if options.workers < 1:
+        raise ConfigError("--workers", f"must be >= 1, got {options.workers}")
+    check_device(options.device)
+    experiment = get_experiment(name)
+    grid = dict(grid or {})
+    plan = make_plan(experiment, scale, overrides, grid, n_seeds)
+    run_name = options.name or default_run_name(
+        scale, plan.overrides, grid, len(plan.seeds), experiment.default_seeds
+    )
+    if slug(run_name) != run_name:
+        raise ConfigError("--name", f"use letters, digits and ._=,+- only, e.g. {slug(run_name)!r}")
+    run_dir = RunDir(Path(options.out) / experiment.name / run_name)
+    config_record = _config_record(plan, run_name, grid)
+    if options.resume:
+        old = run_dir.read_json("config.json")
+        if old is not None and old != config_record:
+            key = _first_difference(old, config_record)
+            raise ConfigError(
+                "--resume",
+                f"{run_dir.path} was run with a different {key}; use another --name or drop --resume",
+            )
+    run_dir.prepare(options.resume)
+    run_dir.write_json("config.json", config_record)
+    run_dir.write_json("env.json", environment(options.device, options.command))
+
+    todo = [u for u in plan.units if not (options.resume and run_dir.finished_unit(u.id))]
+    outcome = RunOutcome(experiment.name, run_dir.path, len(plan.units), len(plan.units) - len(todo))
+    sinks = _sinks(options)
+    params = flatten(config_record.get("config") or {"grid": grid})
+    for sink in sinks:
+        sink.start(experiment.name, run_name, params)
+
+    bar = _progress_bar(len(plan.units), f"{experiment.name}/{run_name}", options)
+    bar.update(outcome.n_skipped)
+
+    def on_done(record: dict[str, Any]) -> None:
+        run_dir.save_unit(record)
+        for sink in sinks:
+            sink.unit(record, _run_prefix(record["point"]))
+        bar.update(1)
+
+    tasks = _tasks(plan, todo, run_dir, options)
+    try:
+        if options.backend == "ray":
+            run_ray(tasks, on_done, options.address, options.workers if options.workers > 1 else None)
+        else:
+            run_local(tasks, on_done, options.workers)
+    finally:
+        bar.close()
+        if run_dir.work_dir.exists() and not any(run_dir.work_dir.iterdir()):
+            run_dir.work_dir.rmdir()
+
+    records = []
+    for unit in plan.units:
+        record = run_dir.load_unit(unit.id)
+        if record is None:  # cannot happen unless the folder was tampered with meanwhile
+            record = {"id": unit.id, "point": unit.point, "unit": unit.unit, "seeds": list(unit.seeds),
+                      "status": STATUS_FAILED, "error": "unit record missing", "rows": [], "data": {}}
+        records.append(record)
+        info = {"id": unit.id, "label": unit_label(unit.point, unit.unit, unit.seeds),
+                "error": error_headline(record.get("error"))}
+        if record["status"] == STATUS_FAILED:
+            outcome.failed.append(info)
+        elif record["status"] == STATUS_DIVERGED:
+            outcome.diverged.append(info)
+
+    rows = []
+    for record in records:
+        prefix = _run_prefix(record["point"])
+        rows.append({"rows": [[prefix + r[0], *r[1:]] for r in record["rows"]]})
+    run_dir.write_metrics(sort_rows(rows))
+
+    try:
+        summary, claims = _summarize(plan, records, run_dir)
+        run_dir.write_json("summary.json", summary)
+        run_dir.write_json("claims.json", claims)
+        outcome.summary, outcome.claims = summary, claims
+    except Exception as exc:  # noqa: BLE001 - recorded and reported, the CLI exits non-zero
+        outcome.summary_error = "".join(traceback.format_exception(exc)).rstrip()
+        for stale in ("summary.json", "claims.json"):
+            run_dir.file(stale).unlink(missing_ok=True)
+
+    counts = {s: sum(r["status"] == s for r in records) for s in (STATUS_OK, STATUS_DIVERGED, STATUS_FAILED)}
+    run_dir.write_json(
+        "status.json",
+        {
+            "experiment": experiment.name,
+            "description": experiment.description,
+            "name": run_name,
+            "units": counts,
+            "failed": outcome.failed,
+            "diverged": outcome.diverged,
+            "summary_error": outcome.summary_error,
+        },
+    )
+    for sink in sinks:
+        sink.finish(outcome.summary)
+
+    from actlab.runner.report import write_report
+
+    write_report(run_dir.path)
+    return outcome
