@@ -1,0 +1,365 @@
+"""Normalization layers: RMSNorm and Percentile Centering with Accumulation Stop.
+
+Percentile Centering (PC) shifts features by their ``q``-th percentile instead of their
+mean, ``x_hat = (x - Q_x(q)) / sqrt(var_x + eps)``, so that a following ReLU zeroes a
+fraction ``q`` of its inputs. The percentile is found by selection (``torch.kthvalue``,
+linear time) rather than a full sort, and the gradient flows through the selected order
+statistics exactly as it does through ``torch.quantile`` (linear interpolation between
+the two neighbouring order statistics).
+
+Both flavours keep an exponential moving average of their statistics, like BatchNorm's
+running statistics. With ``freeze_after=T`` they apply *Accumulation Stop*: after ``T``
+training steps the running statistics are frozen and used from then on, and no batch
+statistics are computed any more (the layer becomes a fixed affine map).
+
+:func:`make_norm` builds any supported normalization from a short name.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor, nn
+
+_INTERPOLATIONS = ("linear", "lower", "higher", "nearest", "midpoint")
+
+
+def percentile(x: Tensor, q: float, dim: int | Sequence[int] = -1, keepdim: bool = False,
+               interpolation: str = "linear") -> Tensor:
+    """The ``q``-quantile of ``x`` over ``dim`` by selection; same values and gradients as
+    ``torch.quantile``.
+
+    ``torch.quantile`` sorts the whole reduced axis; here ``torch.kthvalue`` selects the one
+    or two order statistics that the interpolation needs. ``dim`` may be a tuple of
+    dimensions (they are flattened together). ``q`` is in [0, 1].
+    """
+    if not 0.0 <= q <= 1.0:
+        raise ValueError(f"q must be in [0, 1], got {q}")
+    if interpolation not in _INTERPOLATIONS:
+        raise ValueError(f"interpolation must be one of {', '.join(_INTERPOLATIONS)}, got {interpolation!r}")
+    dims = _normalize_dims(dim, x.dim())
+    # Bring the reduced dims to the end and flatten them into one axis.
+    keep = [d for d in range(x.dim()) if d not in dims]
+    flat = x.permute(*keep, *dims).reshape(*[x.shape[d] for d in keep], -1)
+    n = flat.shape[-1]
+    if n == 0:
+        raise ValueError("cannot take a percentile over an empty dimension")
+    position = q * (n - 1)
+    lower = math.floor(position)
+    weight = position - lower
+    if interpolation == "lower" or (interpolation in ("linear", "midpoint") and weight == 0.0):
+        result = flat.kthvalue(lower + 1, dim=-1).values
+    elif interpolation == "higher":
+        result = flat.kthvalue(math.ceil(position) + 1, dim=-1).values
+    elif interpolation == "nearest":
+        # torch.quantile rounds half to even, as Python's round does
+        result = flat.kthvalue(round(position) + 1, dim=-1).values
+    else:
+        below = flat.kthvalue(lower + 1, dim=-1, keepdim=True).values
+        above = _next_order_statistic(flat, below, lower)
+        result = torch.lerp(below, above, 0.5 if interpolation == "midpoint" else weight).squeeze(-1)
+    if keepdim:
+        shape = list(x.shape)
+        for d in dims:
+            shape[d] = 1
+        result = result.reshape(shape)
+    return result
+
+
+def _next_order_statistic(flat: Tensor, below: Tensor, lower: int) -> Tensor:
+    """The order statistic of rank ``lower + 1`` (0-based) given the one of rank ``lower``.
+
+    The smallest element above ``below`` costs one elementwise pass, far less than a second
+    selection; when ``below`` is tied so that it also fills rank ``lower + 1``, it is used.
+    """
+    greater = torch.where(flat > below, flat, torch.full_like(below, math.inf)).amin(-1, keepdim=True)
+    tied = (flat <= below).sum(-1, keepdim=True) >= lower + 2
+    return torch.where(tied, below, greater)
+
+
+def _normalize_dims(dim: int | Sequence[int], ndim: int) -> tuple[int, ...]:
+    dims = (dim,) if isinstance(dim, int) else tuple(dim)
+    out = []
+    for d in dims:
+        if not -ndim <= d < ndim:
+            raise ValueError(f"dim {d} out of range for a {ndim}-d tensor")
+        out.append(d % ndim)
+    if len(set(out)) != len(out):
+        raise ValueError(f"repeated dims in {dim}")
+    return tuple(sorted(out))
+
+
+class RMSNorm(nn.Module):
+    """Root-mean-square normalization without centering: ``x / sqrt(mean(x^2) + eps) * w``.
+
+    Normalizes over the last dimension (``dim`` features), as in the seed's App. D.1
+    (``eps = 1e-6``, learned scale ``w``). It does not subtract the mean, so it does not
+    counteract weight drift the way LayerNorm and BatchNorm do.
+    """
+
+    def __init__(self, dim: int, eps: float = 1e-6, affine: bool = True) -> None:
+        super().__init__()
+        self.dim = dim
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim)) if affine else None
+
+    def forward(self, x: Tensor) -> Tensor:
+        """Normalize ``x`` over its last dimension."""
+        y = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+        return y * self.weight if self.weight is not None else y
+
+    def extra_repr(self) -> str:
+        return f"{self.dim}, eps={self.eps}"
+
+
+class _PercentileNorm(nn.Module):
+    """Shared machinery of the two Percentile Centering flavours (see the module docstring)."""
+
+    def __init__(self, num_features: int, q: float = 0.5, eps: float = 1e-5,
+                 momentum: float = 0.1, freeze_after: int | None = None, affine: bool = True,
+                 bias: bool = True) -> None:
+        super().__init__()
+        if not 0.0 <= q <= 1.0:
+            raise ValueError(f"q must be in [0, 1], got {q}")
+        if not 0.0 < momentum <= 1.0:
+            raise ValueError(f"momentum must be in (0, 1], got {momentum}")
+        if freeze_after is not None and freeze_after < 0:
+            raise ValueError(f"freeze_after must be >= 0 or None, got {freeze_after}")
+        self.num_features = num_features
+        self.q = float(q)
+        self.eps = eps
+        self.momentum = momentum
+        self.freeze_after = freeze_after
+        self.weight = nn.Parameter(torch.ones(num_features)) if affine else None
+        self.bias = nn.Parameter(torch.zeros(num_features)) if affine and bias else None
+        self.register_buffer("num_batches_tracked", torch.zeros((), dtype=torch.long))
+        self.stats_computed = 0  # dynamic statistic computations (not saved; for tests/benchmarks)
+
+    # -- Accumulation Stop ---------------------------------------------------------------
+    @property
+    def frozen(self) -> bool:
+        """Whether Accumulation Stop is in effect (running statistics used, none computed)."""
+        return self.freeze_after is not None and int(self.num_batches_tracked) >= self.freeze_after
+
+    def freeze(self) -> None:
+        """Apply Accumulation Stop now, whatever ``freeze_after`` says."""
+        self.freeze_after = int(self.num_batches_tracked)
+
+    def _update(self, running: Tensor, value: Tensor) -> None:
+        running.lerp_(value.detach().to(running.dtype), self.momentum)
+
+    def _affine(self, x_hat: Tensor, shape: Sequence[int]) -> Tensor:
+        if self.weight is not None:
+            x_hat = x_hat * self.weight.reshape(shape)
+        if self.bias is not None:
+            x_hat = x_hat + self.bias.reshape(shape)
+        return x_hat
+
+    def _apply_fixed(self, x: Tensor, center: Tensor, var: Tensor, shape: Sequence[int]) -> Tensor:
+        """``(x - center) / sqrt(var + eps)`` with affine, folded into one multiply-add."""
+        scale = torch.rsqrt(var + self.eps)
+        if self.weight is not None:
+            scale = scale * self.weight.reshape(shape)
+        shift = -center * scale
+        if self.bias is not None:
+            shift = shift + self.bias.reshape(shape)
+        return torch.addcmul(shift, x, scale)
+
+    def extra_repr(self) -> str:
+        return (f"{self.num_features}, q={self.q}, eps={self.eps}, momentum={self.momentum}, "
+                f"freeze_after={self.freeze_after}")
+
+
+class PercentileBatchNorm(_PercentileNorm):
+    """BatchNorm flavour of Percentile Centering: per-channel statistics over the batch.
+
+    Accepts ``(N, C)``, ``(N, C, L)`` or ``(N, C, H, W)``; channel ``C`` is dim 1. In training
+    each channel is shifted by its ``q``-th percentile over ``(N, *spatial)`` and scaled by its
+    (biased) variance; running estimates (EMA with ``momentum``, unbiased variance, as
+    ``nn.BatchNorm``) are used in eval mode and, after ``freeze_after`` training steps,
+    in training too (Accumulation Stop).
+    """
+
+    def __init__(self, num_features: int, q: float = 0.5, eps: float = 1e-5,
+                 momentum: float = 0.1, freeze_after: int | None = None, affine: bool = True,
+                 bias: bool = True) -> None:
+        super().__init__(num_features, q, eps, momentum, freeze_after, affine, bias)
+        self.register_buffer("running_center", torch.zeros(num_features))
+        self.register_buffer("running_var", torch.ones(num_features))
+
+    def forward(self, x: Tensor) -> Tensor:
+        """Percentile-center and scale ``x`` per channel."""
+        if x.dim() < 2 or x.shape[1] != self.num_features:
+            raise ValueError(f"expected (N, {self.num_features}, ...) input, got {tuple(x.shape)}")
+        shape = [1, self.num_features] + [1] * (x.dim() - 2)
+        if not self.training or self.frozen:
+            return self._apply_fixed(x, self.running_center.reshape(shape),
+                                     self.running_var.reshape(shape), shape)
+        dims = [0] + list(range(2, x.dim()))
+        center = percentile(x, self.q, dims, keepdim=True)
+        var = x.var(dim=dims, unbiased=False, keepdim=True)
+        self.stats_computed += 1
+        with torch.no_grad():
+            n = x.numel() // self.num_features
+            self._update(self.running_center, center.reshape(-1))
+            self._update(self.running_var, var.reshape(-1) * n / max(n - 1, 1))
+            self.num_batches_tracked += 1
+        return self._affine((x - center) * torch.rsqrt(var + self.eps), shape)
+
+
+class PercentileLayerNorm(_PercentileNorm):
+    """LayerNorm flavour of Percentile Centering: per-sample statistics over the last dim.
+
+    Each row of ``num_features`` features (a sample, or a token) is shifted by its own
+    ``q``-th percentile and scaled by its (biased) variance. The running estimates average
+    the per-row statistics over the batch dimension (dim 0), keeping one value per remaining
+    position (e.g. per token for ``(B, T, D)`` input; inputs must then have a fixed size),
+    with an EMA. Eval mode computes per-row statistics like LayerNorm; once frozen by
+    Accumulation Stop, the running estimates are used in training and eval alike.
+    """
+
+    def __init__(self, num_features: int, q: float = 0.5, eps: float = 1e-5,
+                 momentum: float = 0.1, freeze_after: int | None = None, affine: bool = True,
+                 bias: bool = True) -> None:
+        super().__init__(num_features, q, eps, momentum, freeze_after, affine, bias)
+        # Shape (positions..., 1); sized on the first training batch.
+        self.register_buffer("running_center", torch.zeros(1))
+        self.register_buffer("running_var", torch.ones(1))
+
+    def forward(self, x: Tensor) -> Tensor:
+        """Percentile-center and scale ``x`` over its last dimension."""
+        if x.shape[-1] != self.num_features:
+            raise ValueError(f"expected last dim {self.num_features}, got {tuple(x.shape)}")
+        if self.frozen:
+            return self._apply_fixed(x, self.running_center, self.running_var, [-1])
+        center = percentile(x, self.q, -1, keepdim=True)
+        var = x.var(dim=-1, unbiased=False, keepdim=True)
+        self.stats_computed += 1
+        if self.training:
+            with torch.no_grad():
+                stat_shape = tuple(x.shape[1:-1]) + (1,)
+                if tuple(self.running_center.shape) != stat_shape:
+                    if int(self.num_batches_tracked) > 0:
+                        raise ValueError(f"input positions {stat_shape[:-1]} differ from the running "
+                                         f"statistics' {tuple(self.running_center.shape[:-1])}")
+                    self.running_center = torch.zeros(stat_shape, device=x.device, dtype=x.dtype)
+                    self.running_var = torch.ones(stat_shape, device=x.device, dtype=x.dtype)
+                self._update(self.running_center, center.mean(0))
+                self._update(self.running_var, var.mean(0))
+                self.num_batches_tracked += 1
+        return self._affine((x - center) * torch.rsqrt(var + self.eps), [-1])
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):  # noqa: D401
+        # Running statistics are sized lazily; take the saved shape.
+        for name in ("running_center", "running_var"):
+            saved = state_dict.get(prefix + name)
+            if saved is not None and saved.shape != getattr(self, name).shape:
+                setattr(self, name, torch.empty_like(saved))
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+
+
+class FlattenBatch(nn.Module):
+    """Apply a batch-statistics norm to features in the last dim of ``(..., D)`` input.
+
+    Leading dims are flattened into the batch, so ``(B, T, D)`` tokens are normalized
+    per feature over all ``B * T`` tokens.
+    """
+
+    def __init__(self, norm: nn.Module) -> None:
+        super().__init__()
+        self.norm = norm
+
+    def forward(self, x: Tensor) -> Tensor:
+        """Normalize ``(..., D)`` per feature over every leading position."""
+        if x.dim() == 2:
+            return self.norm(x)
+        return self.norm(x.reshape(-1, x.shape[-1])).reshape(x.shape)
+
+
+class ChannelsLast(nn.Module):
+    """Apply a last-dim norm (LayerNorm, RMSNorm, PercentileLayerNorm) to channel dim 1."""
+
+    def __init__(self, norm: nn.Module) -> None:
+        super().__init__()
+        self.norm = norm
+
+    def forward(self, x: Tensor) -> Tensor:
+        """Normalize ``(N, C, ...)`` over ``C`` at every position."""
+        return self.norm(x.movedim(1, -1)).movedim(-1, 1)
+
+
+NORM_NAMES = ("none", "rmsnorm", "layernorm", "batchnorm", "percentile",
+              "percentile-layernorm", "percentile-batchnorm")
+_NORM_OPTIONS = {"q": float, "freeze_after": int, "momentum": float, "eps": float}
+
+
+def parse_norm(spec: str) -> tuple[str, dict[str, float | int]]:
+    """Split ``"percentile:q=0.7,freeze_after=100"`` into a name and options.
+
+    Unknown names or options raise ``ValueError`` naming the closest valid ones.
+    """
+    name, _, rest = spec.strip().lower().partition(":")
+    if name not in NORM_NAMES:
+        close = difflib.get_close_matches(name, NORM_NAMES, n=3, cutoff=0.4)
+        hint = f"; did you mean {', '.join(close)}?" if close else ""
+        raise ValueError(f"unknown norm {name!r}{hint} (valid: {', '.join(NORM_NAMES)})")
+    options: dict[str, float | int] = {}
+    for item in filter(None, (s.strip() for s in rest.split(","))):
+        key, sep, value = item.partition("=")
+        key = key.strip()
+        if not sep or key not in _NORM_OPTIONS:
+            close = difflib.get_close_matches(key, _NORM_OPTIONS, n=2, cutoff=0.4)
+            hint = f"; did you mean {', '.join(close)}?" if close else ""
+            raise ValueError(f"bad norm option {item!r} in {spec!r}{hint} "
+                             f"(valid: {', '.join(_NORM_OPTIONS)})")
+        try:
+            options[key] = _NORM_OPTIONS[key](value)
+        except ValueError:
+            raise ValueError(f"norm option {key} needs a {_NORM_OPTIONS[key].__name__}, got {value!r}") from None
+    if options and not name.startswith("percentile") and set(options) - {"eps", "momentum"}:
+        raise ValueError(f"options {sorted(options)} only apply to percentile norms, got {spec!r}")
+    return name, options
+
+
+def make_norm(name: str, dim: int, *, channels_first: bool = False, bias: bool = True,
+              **overrides: float | int | None) -> nn.Module:
+    """Build a normalization for ``dim`` features (or channels) from its name.
+
+    ``name`` is one of ``none``, ``rmsnorm``, ``layernorm``, ``batchnorm``, ``percentile``
+    (LayerNorm flavour for features/tokens, BatchNorm flavour for ``channels_first`` maps),
+    ``percentile-layernorm``, ``percentile-batchnorm``, with optional ``:q=..,freeze_after=..``.
+    ``channels_first`` says the input is ``(N, C, ...)`` (conv feature maps); else features are
+    the last dim. ``bias=False`` drops the learned shift of the percentile norms (so the
+    imposed sparsity level cannot be trained away). ``overrides`` (e.g. ``q``) win over the
+    options in ``name``.
+    """
+    kind, options = parse_norm(name)
+    options.update({k: v for k, v in overrides.items() if v is not None})
+    if kind == "none":
+        return nn.Identity()
+    if kind == "percentile":
+        kind = "percentile-batchnorm" if channels_first else "percentile-layernorm"
+    if kind in ("batchnorm", "percentile-batchnorm"):
+        if kind == "batchnorm":
+            bn_options = {k: v for k, v in options.items() if k in ("eps", "momentum")}
+            norm: nn.Module = (nn.BatchNorm2d if channels_first else nn.BatchNorm1d)(dim, **bn_options)
+        else:
+            norm = PercentileBatchNorm(dim, bias=bias, **options)
+        # Conv maps are (N, C, ...) already; features/tokens are flattened to (N*, D).
+        return norm if channels_first else FlattenBatch(norm)
+    if kind == "percentile-layernorm":
+        norm = PercentileLayerNorm(dim, bias=bias, **options)
+    elif kind == "layernorm":
+        norm = nn.LayerNorm(dim, **{k: v for k, v in options.items() if k == "eps"})
+    else:
+        norm = RMSNorm(dim, **{k: v for k, v in options.items() if k == "eps"})
+    return ChannelsLast(norm) if channels_first else norm
+
+
+def norm_modules(model: nn.Module) -> list[_PercentileNorm]:
+    """All Percentile Centering layers inside ``model`` (e.g. to freeze or inspect them)."""
+    return [m for m in model.modules() if isinstance(m, _PercentileNorm)]
+

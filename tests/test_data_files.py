@@ -1,0 +1,82 @@
+"""Digits, CIFAR-10 pickle files (a fake set written here) and random pairs."""
+
+from __future__ import annotations
+
+import pickle
+
+import numpy as np
+import pytest
+import torch
+
+from actlab.data.cifar import CIFAR10_MEAN, CIFAR10_STD, load_cifar10
+from actlab.data.digits import load_digits
+from actlab.data.random_pairs import random_pairs
+
+
+def test_digits_fixed_split_standardized_and_upsampled():
+    data = load_digits()
+    assert data.x_train.shape == (1438, 1, 8, 8) and data.x_test.shape == (359, 1, 8, 8)
+    assert data.num_classes == 10 and set(data.y_test.tolist()) == set(range(10))
+    assert abs(float(data.x_train.mean())) < 1e-5 and abs(float(data.x_train.std()) - 1) < 1e-3
+    again = load_digits()
+    assert torch.equal(data.x_test, again.x_test) and torch.equal(data.y_train, again.y_train)
+    other = load_digits(split_seed=1)
+    assert not torch.equal(data.y_test, other.y_test)
+    # the split is a partition of the 1797 images
+    from sklearn.datasets import load_digits as sk
+
+    assert len(data.y_train) + len(data.y_test) == len(sk().target)
+    big = load_digits(image_size=16, channels=3)
+    assert big.x_train.shape[1:] == (3, 16, 16) and big.in_features == 768
+    with pytest.raises(ValueError, match="test_fraction"):
+        load_digits(test_fraction=1.5)
+
+
+def _write_fake_cifar(folder, n_per_batch, rng):
+    folder.mkdir(parents=True)
+    stored = {}
+    for name in [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]:
+        data = rng.integers(0, 256, size=(n_per_batch, 3072), dtype=np.uint8)
+        labels = rng.integers(0, 10, size=n_per_batch).tolist()
+        with open(folder / name, "wb") as fh:
+            pickle.dump({b"data": data, b"labels": labels, b"batch_label": name.encode()}, fh)
+        stored[name] = (data, labels)
+    return stored
+
+
+def test_cifar10_loader_reads_python_pickles(tmp_path):
+    rng = np.random.default_rng(0)
+    stored = _write_fake_cifar(tmp_path / "cifar-10-batches-py", 4, rng)
+    data = load_cifar10(tmp_path)  # parent folder is found too
+    assert data.x_train.shape == (20, 3, 32, 32) and data.x_test.shape == (4, 3, 32, 32)
+    assert data.y_train.tolist() == sum((stored[f"data_batch_{i}"][1] for i in range(1, 6)), [])
+    raw = stored["data_batch_2"][0][1].reshape(3, 32, 32) / 255.0  # 6th training image
+    expected = (raw - np.array(CIFAR10_MEAN)[:, None, None]) / np.array(CIFAR10_STD)[:, None, None]
+    np.testing.assert_allclose(data.x_train[5].numpy(), expected, rtol=1e-5, atol=1e-5)
+    raw_data = load_cifar10(tmp_path / "cifar-10-batches-py", normalize=False, limit_train=3)
+    assert raw_data.x_train.shape[0] == 3
+    np.testing.assert_allclose(raw_data.x_test[0].numpy().reshape(-1),
+                               stored["test_batch"][0][0] / 255.0, rtol=1e-6)
+
+
+def test_cifar10_missing_files_clear_error(tmp_path):
+    with pytest.raises(FileNotFoundError, match="data_batch_1"):
+        load_cifar10(tmp_path)
+    folder = tmp_path / "bad"
+    _write_fake_cifar(folder, 2, np.random.default_rng(1))
+    with open(folder / "test_batch", "wb") as fh:
+        pickle.dump({b"data": np.zeros((2, 10), dtype=np.uint8), b"labels": [0, 1]}, fh)
+    with pytest.raises(ValueError, match="3072"):
+        load_cifar10(folder)
+
+
+def test_random_pairs_are_seeded_standard_normal_and_independent():
+    x, y = random_pairs(4000, 16, 8, seed=3)
+    assert x.shape == (4000, 16) and y.shape == (4000, 8)
+    x2, y2 = random_pairs(4000, 16, 8, seed=3)
+    assert torch.equal(x, x2) and torch.equal(y, y2)
+    assert abs(float(x.mean())) < 0.02 and abs(float(x.std()) - 1) < 0.02
+    corr = torch.corrcoef(torch.cat([x, y], 1).T)[:16, 16:]
+    assert float(corr.abs().max()) < 0.08
+    with pytest.raises(ValueError):
+        random_pairs(0, 1, 1)
