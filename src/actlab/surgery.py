@@ -1,0 +1,228 @@
+"""Find and replace the activation sites of any model (actlab, plain PyTorch, Hugging Face).
+
+An *activation site* is a submodule that applies an activation function: an actlab
+:class:`~actlab.activations.base.Activation`, a ``torch.nn`` activation module (``ReLU``,
+``GELU``, ``Tanh``, ...) or a Hugging Face ``transformers.activations`` module
+(``GELUActivation``, ``NewGELUActivation``, ...). Activations applied as plain functions
+inside ``forward`` (``F.gelu(x)``) are not modules and cannot be found or replaced.
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import fnmatch
+import sys
+from collections.abc import Callable, Iterable
+
+from torch import nn
+
+from actlab.activations.base import Activation
+
+#: ``torch.nn`` activation classes treated as activation sites (elementwise or gated).
+TORCH_ACTIVATIONS: tuple[type[nn.Module], ...] = (
+    nn.ReLU, nn.ReLU6, nn.LeakyReLU, nn.PReLU, nn.RReLU, nn.ELU, nn.CELU, nn.SELU, nn.GELU,
+    nn.SiLU, nn.Mish, nn.Sigmoid, nn.Tanh, nn.Hardtanh, nn.Hardsigmoid, nn.Hardswish,
+    nn.Hardshrink, nn.Softshrink, nn.Tanhshrink, nn.Softplus, nn.Softsign, nn.LogSigmoid,
+    nn.Threshold, nn.GLU,
+)
+
+# Output bounds of bounded torch activations, used for ``saturation_frac``.
+_TORCH_BOUNDS: dict[type[nn.Module], tuple[float, float]] = {
+    nn.Sigmoid: (0.0, 1.0),
+    nn.Tanh: (-1.0, 1.0),
+    nn.Hardsigmoid: (0.0, 1.0),
+    nn.Softsign: (-1.0, 1.0),
+    nn.ReLU6: (0.0, 6.0),
+}
+# Bounds of actlab activations that say ``bounded`` but carry no ``bounds`` attribute.
+_SPEC_BOUNDS = {"sigmoid": (0.0, 1.0), "tanh": (-1.0, 1.0), "hardtanh": (-1.0, 1.0),
+                "hardsigmoid": (0.0, 1.0), "softsign": (-1.0, 1.0)}
+
+# Identity "activations" of transformers: a site in name only, never worth probing or patching.
+_HF_SKIP = {"LinearActivation", "ClassInstantier"}
+
+Where = str | Iterable[str] | Callable[[str, nn.Module], bool] | None
+
+
+def _hf_activation_classes() -> tuple[type, ...]:
+    """Classes of ``transformers.activations``, only if transformers is already imported.
+
+    Importing transformers costs seconds; a model built from it has imported it already.
+    """
+    if "transformers" not in sys.modules:
+        return ()
+    try:
+        import transformers.activations as hf_act
+    except Exception:  # a broken optional install must not break probing of other models
+        return ()
+    return tuple(
+        obj for name, obj in vars(hf_act).items()
+        if isinstance(obj, type) and issubclass(obj, nn.Module) and obj is not nn.Module
+        and obj.__module__ == hf_act.__name__ and name not in _HF_SKIP
+    )
+
+
+def is_activation(module: nn.Module) -> bool:
+    """True when ``module`` is an activation site (actlab, torch.nn or transformers)."""
+    if isinstance(module, (Activation, *TORCH_ACTIVATIONS)):
+        return True
+    hf = _hf_activation_classes()
+    return bool(hf) and isinstance(module, hf)
+
+
+def activation_bounds(module: nn.Module) -> tuple[float, float] | None:
+    """Output bounds ``(low, high)`` of a bounded activation, else ``None``.
+
+    actlab activations report boundedness through a ``bounded`` attribute (and ``bounds``
+    when they know them); ``nn.Hardtanh`` uses its ``min_val``/``max_val``.
+    """
+    explicit = getattr(module, "bounds", None)
+    if explicit is not None:
+        return (float(explicit[0]), float(explicit[1]))
+    if isinstance(module, nn.Hardtanh) and not isinstance(module, nn.ReLU6):
+        return (float(module.min_val), float(module.max_val))
+    for cls, bounds in _TORCH_BOUNDS.items():
+        if isinstance(module, cls):
+            return bounds
+    if getattr(module, "bounded", False):
+        base = str(getattr(module, "spec", "")).split(":")[0].strip().lower()
+        return _SPEC_BOUNDS.get(base)
+    return None
+
+
+def find_activations(model: nn.Module) -> dict[str, nn.Module]:
+    """All activation sites of ``model``, as ``{qualified name: module}`` in module order.
+
+    A module reachable under several names (shared instance) is listed once, under its first
+    name. Children of a site are not searched (a site is a leaf for our purposes).
+    """
+    hf = _hf_activation_classes()
+    kinds = (Activation, *TORCH_ACTIVATIONS, *hf)
+    sites: dict[str, nn.Module] = {}
+    seen: set[int] = set()
+
+    def visit(prefix: str, module: nn.Module) -> None:
+        for child_name, child in module.named_children():
+            name = f"{prefix}.{child_name}" if prefix else child_name
+            if isinstance(child, kinds):
+                if id(child) not in seen:
+                    seen.add(id(child))
+                    sites[name] = child
+                continue
+            visit(name, child)
+
+    if isinstance(model, kinds):
+        return {"": model}
+    visit("", model)
+    return sites
+
+
+def closest_names(name: str, valid: Iterable[str], n: int = 3) -> list[str]:
+    """The valid names closest to a misspelt ``name`` (for error messages)."""
+    valid = list(valid)
+    close = difflib.get_close_matches(name, valid, n=n, cutoff=0.4)
+    return close or valid[:n]
+
+
+def select_sites(sites: dict[str, nn.Module], where: Where, *, what: str = "activation site"
+                 ) -> dict[str, nn.Module]:
+    """Filter ``sites`` by ``where``: ``None`` keeps all; a string or list of strings keeps
+    names equal to one of them or matching it as a glob pattern (``"*.intermediate.*"``);
+    a callable ``(name, module) -> bool`` is a predicate.
+
+    Raises ValueError naming the closest valid names when a string matches nothing.
+    """
+    if where is None:
+        return dict(sites)
+    if callable(where):
+        return {n: m for n, m in sites.items() if where(n, m)}
+    patterns = [where] if isinstance(where, str) else list(where)
+    chosen: dict[str, nn.Module] = {}
+    for pattern in patterns:
+        if not isinstance(pattern, str):
+            raise TypeError(f"{what} selectors must be names, patterns or a predicate, got {pattern!r}")
+        hits = [n for n in sites if n == pattern or fnmatch.fnmatchcase(n, pattern)]
+        if not hits:
+            raise ValueError(
+                f"unknown {what} {pattern!r}; closest: {closest_names(pattern, sites)}"
+                if sites else f"unknown {what} {pattern!r}: the model has none"
+            )
+        for n in hits:
+            chosen[n] = sites[n]
+    return {n: m for n, m in sites.items() if n in chosen}
+
+
+def _build(spec: str | Callable[[], nn.Module] | nn.Module) -> nn.Module:
+    if isinstance(spec, nn.Module):
+        return copy.deepcopy(spec)
+    if isinstance(spec, str):
+        from actlab import activation  # lazy: the activation library is heavier than surgery
+
+        return activation(spec)
+    if callable(spec):
+        module = spec()
+        if not isinstance(module, nn.Module):
+            raise TypeError(f"activation factory returned {type(module).__name__}, not an nn.Module")
+        return module
+    raise TypeError(f"spec must be a spec string, an nn.Module or a factory, got {spec!r}")
+
+
+def _unbounded(name: str, module: nn.Module) -> bool:
+    return activation_bounds(module) is None
+
+
+def patch_(
+    model: nn.Module,
+    spec: str | Callable[[], nn.Module] | nn.Module,
+    where: Where = None,
+) -> dict[str, nn.Module]:
+    """Replace activation sites of ``model`` in place; return ``{name: replaced module}``.
+
+    ``spec`` is an actlab spec string (``"relu"``, ``"gelu:adaptive"``), an ``nn.Module``
+    (deep-copied per site, so sites never share parameters) or a zero-argument factory.
+    ``where`` selects sites as in :func:`select_sites`. By default (``where=None``) every
+    *unbounded* site is replaced and bounded ones (tanh, sigmoid, hardtanh, ...) are kept:
+    in modern networks those are gates and poolers (BERT's pooler tanh, squeeze-excitation
+    sigmoids), not the hidden nonlinearity one studies. Pass ``where="*"`` to replace them too.
+
+    Each new module is moved to the device and dtype of the module it replaces (taken from
+    the replaced module's or the parent's first parameter) and keeps its train/eval mode.
+    Raises ValueError when nothing is selected, since a patch that changes nothing is a bug.
+    """
+    sites = find_activations(model)
+    if "" in sites:
+        raise ValueError("patch_ needs a model that contains activations, not an activation itself")
+    chosen = select_sites(sites, _unbounded if where is None else where)
+    if not chosen:
+        raise ValueError(
+            f"patch_ selected no activation sites (found: {list(sites)[:5]}"
+            f"{' ...' if len(sites) > 5 else ''}); bounded sites are only replaced when "
+            "`where` names them, e.g. where='*'"
+        )
+    # Every (parent, attribute) holding a chosen module, so a shared instance is replaced
+    # under all its names by one new module (sharing is kept).
+    holders: dict[int, list[tuple[nn.Module, str]]] = {id(m): [] for m in chosen.values()}
+    for parent in model.modules():
+        for child_name, child in parent.named_children():
+            if id(child) in holders:
+                holders[id(child)].append((parent, child_name))
+    replaced: dict[str, nn.Module] = {}
+    for name, old in chosen.items():
+        first_parent = holders[id(old)][0][0]
+        new = _build(spec)
+        ref = next(old.parameters(), None)
+        if ref is None:
+            ref = next(first_parent.parameters(), None)
+        if ref is not None and ref.is_floating_point():
+            new = new.to(device=ref.device, dtype=ref.dtype)
+        new.train(old.training)
+        for parent, child_name in holders[id(old)]:
+            setattr(parent, child_name, new)
+        replaced[name] = old
+    return replaced
+
+
+def relufy_(model: nn.Module, where: Where = None) -> dict[str, nn.Module]:
+    """ReLUfication: ``patch_(model, "relu", where)``; returns the replaced modules."""
+    return patch_(model, "relu", where)
