@@ -1,0 +1,177 @@
+"""Position-wise feed-forward blocks: the plain FFN and gated FFNs (GLU, ReGLU, GEGLU, SwiGLU).
+
+Plain:  ``down(act(up(x)))``                      width ``hidden`` = m.
+Gated:  ``down(act(gate_proj(x)) * up(x))``       width ``hidden`` = g.
+
+Without biases a plain FFN has ``2 d m`` weights and a gated one ``3 d g``, so
+:func:`matched_width` gives ``g = 2m/3`` (rounded) for a parameter-matched comparison.
+
+FLOP convention of :func:`ffn_flops_per_token`: one multiply-add counts as 2 FLOPs, so a
+``d_in -> d_out`` matrix-vector product is ``2 d_in d_out``; a bias add is ``d_out``; the
+gating product is ``g``. Activation function evaluations are not counted (their cost in
+FLOPs is not well defined: a GELU is one erf, a ReLU one comparison). This is the count
+``torch.utils.flop_counter`` gives for the matrix products, plus the elementwise terms.
+"""
+
+from __future__ import annotations
+
+from torch import Tensor, nn
+
+from actlab.activations.spec import activation
+
+__all__ = [
+    "FFN",
+    "GATE_KINDS",
+    "GatedFFN",
+    "ffn_flops_per_token",
+    "ffn_param_count",
+    "gated_ffn",
+    "matched_width",
+]
+
+# The named gated variants and the gate activation each uses (Shazeer 2020).
+GATE_KINDS: dict[str, str] = {"glu": "sigmoid", "reglu": "relu", "geglu": "gelu",
+                              "swiglu": "silu"}
+
+
+class FFN(nn.Module):
+    """Plain two-layer feed-forward block ``down(act(up(x)))``.
+
+    Args:
+        d_model: input and output width d.
+        hidden: intermediate width m.
+        activation: any activation spec string (see :func:`actlab.activation`).
+        bias: biases on both projections.
+    """
+
+    def __init__(self, d_model: int, hidden: int, activation: str = "gelu",
+                 bias: bool = True) -> None:
+        super().__init__()
+        _check_widths(d_model, hidden)
+        self.up = nn.Linear(d_model, hidden, bias=bias)
+        self.act = _build(activation)
+        self.down = nn.Linear(hidden, d_model, bias=bias)
+
+    def forward(self, x: Tensor) -> Tensor:
+        """Apply the block to ``x`` of shape (..., d_model)."""
+        return self.down(self.act(self.up(x)))
+
+
+class GatedFFN(nn.Module):
+    """Gated feed-forward block ``down(act(gate_proj(x)) * up(x))``.
+
+    Args:
+        d_model: input and output width d.
+        hidden: intermediate width g (use :func:`matched_width` to match a plain FFN).
+        gate: activation spec of the gate branch; "sigmoid" is GLU, "relu" ReGLU, "gelu"
+            GEGLU, "silu" SwiGLU; any other spec works too.
+        bias: biases on the three projections (off by default, as in the GLU-variants paper).
+    """
+
+    def __init__(self, d_model: int, hidden: int, gate: str = "silu", bias: bool = False) -> None:
+        super().__init__()
+        _check_widths(d_model, hidden)
+        self.gate_proj = nn.Linear(d_model, hidden, bias=bias)
+        self.up = nn.Linear(d_model, hidden, bias=bias)
+        self.act = _build(gate)
+        self.down = nn.Linear(hidden, d_model, bias=bias)
+
+    def forward(self, x: Tensor) -> Tensor:
+        """Apply the block to ``x`` of shape (..., d_model)."""
+        return self.down(self.act(self.gate_proj(x)) * self.up(x))
+
+    @classmethod
+    def glu(cls, d_model: int, hidden: int, bias: bool = False) -> GatedFFN:
+        """GLU: sigmoid gate."""
+        return cls(d_model, hidden, GATE_KINDS["glu"], bias)
+
+    @classmethod
+    def reglu(cls, d_model: int, hidden: int, bias: bool = False) -> GatedFFN:
+        """ReGLU: ReLU gate."""
+        return cls(d_model, hidden, GATE_KINDS["reglu"], bias)
+
+    @classmethod
+    def geglu(cls, d_model: int, hidden: int, bias: bool = False) -> GatedFFN:
+        """GEGLU: exact GELU gate."""
+        return cls(d_model, hidden, GATE_KINDS["geglu"], bias)
+
+    @classmethod
+    def swiglu(cls, d_model: int, hidden: int, bias: bool = False) -> GatedFFN:
+        """SwiGLU: SiLU gate."""
+        return cls(d_model, hidden, GATE_KINDS["swiglu"], bias)
+
+
+def gated_ffn(kind: str, d_model: int, hidden: int, bias: bool = False) -> GatedFFN:
+    """Build a named gated FFN: ``kind`` is one of "glu", "reglu", "geglu", "swiglu"."""
+    key = kind.lower()
+    if key not in GATE_KINDS:
+        import difflib
+
+        close = difflib.get_close_matches(key, list(GATE_KINDS), n=2, cutoff=0.4)
+        hint = f"did you mean {' or '.join(map(repr, close))}?" if close else ""
+        raise ValueError(f"unknown gated FFN kind {kind!r}; {hint} valid: {sorted(GATE_KINDS)}")
+    return GatedFFN(d_model, hidden, GATE_KINDS[key], bias)
+
+
+def matched_width(d_model: int, hidden: int, multiple_of: int = 1, *, bias: bool = False) -> int:
+    """Gated width g whose FFN has the parameter count of a plain FFN of width ``hidden``.
+
+    Without biases ``3 d g = 2 d m`` gives ``g = 2m/3``; with biases on both kinds
+    ``3dg + 2g + d = 2dm + m + d`` gives ``g = m (2d + 1) / (3d + 2)``. The result is
+    rounded to the nearest multiple of ``multiple_of`` (halves up), at least one multiple.
+    Example: ``matched_width(6, 12) == 8`` (both have 144 weights).
+    """
+    _check_widths(d_model, hidden)
+    if multiple_of < 1:
+        raise ValueError(f"multiple_of must be >= 1, got {multiple_of}")
+    if bias:
+        exact = hidden * (2 * d_model + 1) / (3 * d_model + 2)
+    else:
+        exact = 2 * hidden / 3
+    units = int(exact / multiple_of + 0.5)
+    return max(1, units) * multiple_of
+
+
+def ffn_param_count(d_model: int, hidden: int, *, gated: bool = False,
+                    bias: bool | None = None) -> int:
+    """Exact number of parameters of :class:`FFN` (``gated=False``) or :class:`GatedFFN`.
+
+    ``bias=None`` uses each class's default (plain: with biases, gated: without).
+    Activations with learnable parameters (prelu, noisy_relu, learnable silu) add theirs.
+    """
+    _check_widths(d_model, hidden)
+    with_bias = (not gated) if bias is None else bias
+    matrices = 3 if gated else 2
+    count = matrices * d_model * hidden
+    if with_bias:
+        count += (matrices - 1) * hidden + d_model
+    return count
+
+
+def ffn_flops_per_token(d_model: int, hidden: int, *, gated: bool = False,
+                        bias: bool | None = None) -> int:
+    """Exact forward FLOPs per token (one position) of a plain or gated FFN.
+
+    A multiply-add is 2 FLOPs: each projection costs ``2 d_in d_out``, each bias add
+    ``d_out``, the gating product ``hidden``; activation evaluations are not counted.
+    ``bias=None`` uses each class's default (plain: with biases, gated: without).
+    """
+    _check_widths(d_model, hidden)
+    with_bias = (not gated) if bias is None else bias
+    matrices = 3 if gated else 2
+    flops = matrices * 2 * d_model * hidden
+    if with_bias:
+        flops += (matrices - 1) * hidden + d_model
+    if gated:
+        flops += hidden
+    return flops
+
+
+def _build(spec: str | nn.Module) -> nn.Module:
+    return spec if isinstance(spec, nn.Module) else activation(spec)
+
+
+def _check_widths(d_model: int, hidden: int) -> None:
+    for label, value in (("d_model", d_model), ("hidden", hidden)):
+        if not isinstance(value, int) or value < 1:
+            raise ValueError(f"{label} must be a positive integer, got {value!r}")
