@@ -13,25 +13,9 @@ from actlab.cli import main
 
 def _catalogue() -> list[tuple[str, str]]:
     """``(name, description)`` of every available activation, sorted by name."""
-    import actlab
+    from actlab.activations.spec import activation_info, available_activations
 
-    available = actlab.available_activations()
-    if isinstance(available, dict):
-        items = [(str(name), _describe(value)) for name, value in available.items()]
-    else:
-        items = [(str(name), "") for name in available]
-    return sorted(items)
-
-
-def _describe(value: object) -> str:
-    """The short description of a registry entry (a string or an object with one)."""
-    if isinstance(value, str):
-        return value
-    for attr in ("description", "doc", "summary"):
-        text = getattr(value, attr, None)
-        if isinstance(text, str) and text:
-            return text.strip().splitlines()[0]
-    return ""
+    return [(name, activation_info(name).description) for name in available_activations()]
 
 
 @main.command("list")
