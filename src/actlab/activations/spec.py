@@ -48,6 +48,7 @@ __all__ = [
     "parse_spec",
     "register_activation",
     "resolve_elementwise",
+    "unregister_activation",
 ]
 
 ElementFn = Callable[..., Tensor]
@@ -432,6 +433,16 @@ def register_activation(
             raise SpecError(f"activation {name!r}: default of {key!r} must be a number, "
                             f"got {value!r}") from None
     _add(ActivationDef(name, fn, derivative, params=params, bounded=bounded))
+
+
+def unregister_activation(name: str) -> None:
+    """Remove a user-registered activation (built-ins cannot be removed)."""
+    defn = _REGISTRY.get(name)
+    if defn is None:
+        raise SpecError(f"unknown activation {name!r}; {_closest(name, sorted(_REGISTRY))}")
+    if defn.builtin:
+        raise SpecError(f"{name!r} is built in and cannot be unregistered")
+    del _REGISTRY[name]
 
 
 def available_activations() -> list[str]:
