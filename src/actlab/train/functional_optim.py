@@ -1,0 +1,177 @@
+"""Functional Adam and SGD over stacked parameters (leading dimension = ensemble member).
+
+Every update here is elementwise, so applying it to a tensor that stacks N members'
+parameters gives each member exactly the update ``torch.optim.Adam`` / ``torch.optim.SGD``
+would give it alone. The arithmetic follows PyTorch's single-tensor (CPU default)
+implementations operation by operation, so an ensemble matches a loop of ordinary
+optimizers to rounding.
+
+The optimizers update the given tensors in place (they are the ensemble's own leaves,
+created for that purpose), and keep their state in plain tensors so that a state dict
+can be saved and restored.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor
+
+
+def _check_hyper(name: str, value: float, low: float = 0.0, high: float | None = None) -> None:
+    if not isinstance(value, (int, float)) or math.isnan(value) or value < low:
+        raise ValueError(f"{name}: must be a number >= {low}, got {value!r}")
+    if high is not None and value >= high:
+        raise ValueError(f"{name}: must be < {high}, got {value!r}")
+
+
+class FunctionalOptimizer:
+    """Base class: ``step(params, grads)`` updates ``params`` in place (under ``no_grad``)."""
+
+    def step(self, params: Sequence[Tensor], grads: Sequence[Tensor | None]) -> None:
+        """Apply one update to ``params`` given their ``grads`` (``None`` grads are skipped)."""
+        raise NotImplementedError
+
+    def state_dict(self) -> dict:
+        """The optimizer state (tensors are referenced, not copied)."""
+        raise NotImplementedError
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore a state produced by :meth:`state_dict`."""
+        raise NotImplementedError
+
+
+@dataclass
+class FunctionalAdam(FunctionalOptimizer):
+    """Adam (``decoupled=True``: AdamW) over stacked parameters; same arithmetic as torch.optim.Adam.
+
+    Args:
+        lr, betas, eps, weight_decay: as in :class:`torch.optim.Adam`.
+        decoupled: apply ``weight_decay`` as AdamW does (multiplicative, before the moments).
+    """
+
+    lr: float = 1e-3
+    betas: tuple[float, float] = (0.9, 0.999)
+    eps: float = 1e-8
+    weight_decay: float = 0.0
+    decoupled: bool = False
+    steps: int = 0
+    exp_avg: list[Tensor] = field(default_factory=list, repr=False)
+    exp_avg_sq: list[Tensor] = field(default_factory=list, repr=False)
+
+    def __post_init__(self) -> None:
+        _check_hyper("lr", self.lr)
+        _check_hyper("betas[0]", self.betas[0], 0.0, 1.0)
+        _check_hyper("betas[1]", self.betas[1], 0.0, 1.0)
+        _check_hyper("eps", self.eps)
+        _check_hyper("weight_decay", self.weight_decay)
+
+    @torch.no_grad()
+    def step(self, params: Sequence[Tensor], grads: Sequence[Tensor | None]) -> None:
+        """One Adam update of every tensor in ``params`` (in place)."""
+        if not self.exp_avg:
+            self.exp_avg = [torch.zeros_like(p) for p in params]
+            self.exp_avg_sq = [torch.zeros_like(p) for p in params]
+        if len(params) != len(self.exp_avg):
+            raise ValueError(f"expected {len(self.exp_avg)} parameter tensors, got {len(params)}")
+        beta1, beta2 = self.betas
+        self.steps += 1
+        step = float(self.steps)
+        bias_correction1 = 1 - beta1**step
+        bias_correction2 = 1 - beta2**step
+        step_size = self.lr / bias_correction1
+        bias_correction2_sqrt = bias_correction2**0.5
+        for param, grad, exp_avg, exp_avg_sq in zip(params, grads, self.exp_avg, self.exp_avg_sq):
+            if grad is None:
+                continue
+            if self.weight_decay != 0:
+                if self.decoupled:
+                    param.mul_(1 - self.lr * self.weight_decay)
+                else:
+                    grad = grad.add(param, alpha=self.weight_decay)
+            exp_avg.lerp_(grad, 1 - beta1)
+            exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
+            denom = (exp_avg_sq.sqrt() / bias_correction2_sqrt).add_(self.eps)
+            param.addcdiv_(exp_avg, denom, value=-step_size)
+
+    def state_dict(self) -> dict:
+        """Step count and moment tensors."""
+        return {"steps": self.steps, "exp_avg": self.exp_avg, "exp_avg_sq": self.exp_avg_sq}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore step count and moments (copied)."""
+        self.steps = int(state["steps"])
+        self.exp_avg = [t.clone() for t in state["exp_avg"]]
+        self.exp_avg_sq = [t.clone() for t in state["exp_avg_sq"]]
+
+
+@dataclass
+class FunctionalSGD(FunctionalOptimizer):
+    """SGD with optional (Nesterov) momentum over stacked parameters; same arithmetic as torch.optim.SGD."""
+
+    lr: float = 1e-2
+    momentum: float = 0.0
+    dampening: float = 0.0
+    weight_decay: float = 0.0
+    nesterov: bool = False
+    momentum_buffer: list[Tensor | None] = field(default_factory=list, repr=False)
+
+    def __post_init__(self) -> None:
+        _check_hyper("lr", self.lr)
+        _check_hyper("momentum", self.momentum)
+        _check_hyper("dampening", self.dampening)
+        _check_hyper("weight_decay", self.weight_decay)
+        if self.nesterov and (self.momentum <= 0 or self.dampening != 0):
+            raise ValueError("nesterov: requires momentum > 0 and dampening = 0")
+
+    @torch.no_grad()
+    def step(self, params: Sequence[Tensor], grads: Sequence[Tensor | None]) -> None:
+        """One SGD update of every tensor in ``params`` (in place)."""
+        if not self.momentum_buffer:
+            self.momentum_buffer = [None] * len(params)
+        if len(params) != len(self.momentum_buffer):
+            raise ValueError(
+                f"expected {len(self.momentum_buffer)} parameter tensors, got {len(params)}"
+            )
+        for i, (param, grad) in enumerate(zip(params, grads)):
+            if grad is None:
+                continue
+            if self.weight_decay != 0:
+                grad = grad.add(param, alpha=self.weight_decay)
+            if self.momentum != 0:
+                buf = self.momentum_buffer[i]
+                if buf is None:
+                    buf = grad.detach().clone()
+                    self.momentum_buffer[i] = buf
+                else:
+                    buf.mul_(self.momentum).add_(grad, alpha=1 - self.dampening)
+                grad = grad.add(buf, alpha=self.momentum) if self.nesterov else buf
+            param.add_(grad, alpha=-self.lr)
+
+    def state_dict(self) -> dict:
+        """Momentum buffers (``None`` before the first step)."""
+        return {"momentum_buffer": self.momentum_buffer}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore momentum buffers (copied)."""
+        self.momentum_buffer = [None if b is None else b.clone() for b in state["momentum_buffer"]]
+
+
+_OPTIMIZERS = {"adam": FunctionalAdam, "adamw": FunctionalAdam, "sgd": FunctionalSGD}
+
+
+def make_optimizer(name: str, **hyper: float) -> FunctionalOptimizer:
+    """A functional optimizer by name (``adam``, ``adamw``, ``sgd``) with its hyper-parameters."""
+    import difflib
+
+    key = name.lower()
+    if key not in _OPTIMIZERS:
+        close = difflib.get_close_matches(key, _OPTIMIZERS, n=3, cutoff=0.4)
+        hint = f"; did you mean {', '.join(close)}?" if close else ""
+        raise ValueError(f"unknown optimizer {name!r}{hint} (valid: {', '.join(_OPTIMIZERS)})")
+    if key == "adamw":
+        hyper = {"decoupled": True, "weight_decay": 1e-2, **hyper}
+    return _OPTIMIZERS[key](**hyper)
