@@ -1,0 +1,310 @@
+"""``worked-example``: the four pen-and-paper calculations of the handbook page, computed and printed.
+
+1. Two linear layers are one: the collapsed weight and bias, and the outputs with and
+   without a ReLU between the layers.
+2. The eight activations and their slopes at z = -1.5, 0 and 0.5 (slopes by autograd on the
+   registry's modules, so PyTorch's conventions at kinks apply).
+3. The error through a chain of four one-unit layers (sigmoid, ReLU, and ReLU with the
+   second bias at -2), built as a :class:`~actlab.nn.deep_mlp.DeepMLP` of width one;
+   errors ``dC/dz`` and weight gradients by autograd.
+4. Initial scales of a 300 -> 100 layer (Xavier, He, ``torch.nn.Linear``'s default) and the
+   per-layer variance factors of square ReLU stacks.
+
+Every value is computed in float64, returned by :func:`worked_example_values`, stored in
+``summary.json`` and printed.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+import actlab
+from actlab.errors import ConfigError
+from actlab.nn.deep_mlp import DeepMLP, weight_std
+from actlab.runner.experiment import (
+    Claim,
+    Experiment,
+    RunContext,
+    UnitContext,
+    UnitResult,
+    register,
+)
+
+ACTIVATIONS = ("sigmoid", "tanh", "relu", "leaky_relu", "elu", "gelu", "silu", "softplus")
+POINTS = (-1.5, 0.0, 0.5)
+
+# The handbook's values (seed 001, "Worked example"), checked by ``claims`` and the tests.
+PUBLISHED_ACTIVATIONS = {
+    "sigmoid": ((0.1824, 0.5000, 0.6225), (0.1491, 0.2500, 0.2350)),
+    "tanh": ((-0.9051, 0.0, 0.4621), (0.1807, 1.0, 0.7864)),
+    "relu": ((0.0, 0.0, 0.5), (0.0, 0.0, 1.0)),
+    "leaky_relu": ((-0.0150, 0.0, 0.5), (0.0100, 0.0100, 1.0)),
+    "elu": ((-0.7769, 0.0, 0.5), (0.2231, 1.0, 1.0)),
+    "gelu": ((-0.1002, 0.0, 0.3457), (-0.1275, 0.5, 0.8675)),
+    "silu": ((-0.2736, 0.0, 0.3112), (-0.0413, 0.5, 0.7400)),
+    "softplus": ((0.2014, 0.6931, 0.9741), (0.1824, 0.5, 0.6225)),
+}
+
+
+@dataclass
+class WorkedExampleConfig:
+    """The chain's weights and biases and the layer of part 4 (defaults: the handbook's)."""
+
+    chain_weights: tuple[float, ...] = (0.8, 1.5, 1.2, 2.0)
+    chain_biases: tuple[float, ...] = (0.2, -0.5, 0.1, -1.0)
+    chain_input: float = 1.0
+    chain_target: float = 1.0
+    dead_bias: float = -2.0
+    fan_in: int = 300
+    fan_out: int = 100
+    stack_layers: int = 10
+
+    def __post_init__(self) -> None:
+        if len(self.chain_weights) != len(self.chain_biases) or len(self.chain_weights) < 2:
+            raise ConfigError("chain_weights", "needs as many weights as biases, at least two")
+        if self.fan_in < 1 or self.fan_out < 1:
+            raise ConfigError("fan_in", "fan_in and fan_out must be >= 1")
+        if self.stack_layers < 1:
+            raise ConfigError("stack_layers", f"must be >= 1, got {self.stack_layers}")
+
+
+def linear_collapse() -> dict:
+    """Part 1: two layers with the identity activation equal one collapsed layer."""
+    w1 = torch.tensor([[1.0, -2.0], [0.5, 1.0], [-1.5, 0.5]], dtype=torch.float64)
+    b1 = torch.tensor([0.5, -1.0, 0.0], dtype=torch.float64)
+    w2 = torch.tensor([[2.0, -1.0, 1.0]], dtype=torch.float64)
+    b2 = torch.tensor([0.5], dtype=torch.float64)
+    x = torch.tensor([1.0, 2.0], dtype=torch.float64)
+    hidden = w1 @ x + b1
+    relu_hidden = actlab.activation("relu")(hidden)
+    return {
+        "collapsed_weight": (w2 @ w1)[0].tolist(),
+        "collapsed_bias": float((w2 @ b1 + b2)[0]),
+        "hidden_net_inputs": hidden.tolist(),
+        "two_layer_output": float((w2 @ hidden + b2)[0]),
+        "collapsed_output": float(((w2 @ w1) @ x + w2 @ b1 + b2)[0]),
+        "relu_hidden_activations": relu_hidden.tolist(),
+        "relu_output": float((w2 @ relu_hidden + b2)[0]),
+    }
+
+
+def activation_table() -> dict:
+    """Part 2: value and autograd slope of each activation at -1.5, 0 and 0.5."""
+    table = {}
+    for spec in ACTIVATIONS:
+        z = torch.tensor(POINTS, dtype=torch.float64, requires_grad=True)
+        a = actlab.activation(spec)(z)
+        (slope,) = torch.autograd.grad(a.sum(), z)
+        table[spec] = {"values": a.detach().tolist(), "slopes": slope.tolist()}
+    return table
+
+
+def chain(weights, biases, activation: str, x: float, y: float) -> dict:
+    """Part 3: forward and backward pass of a one-unit-per-layer chain, squared-error cost."""
+    depth = len(weights) - 1
+    model = DeepMLP(1, 1, depth, 1, activation=activation, dtype=torch.float64)
+    with torch.no_grad():
+        for layer, w, b in zip(model.linears, weights, biases):
+            layer.weight.fill_(w)
+            layer.bias.fill_(b)
+    trace = model.trace(torch.tensor([[x]], dtype=torch.float64), retain_grad=True)
+    cost = 0.5 * (trace.output - y).pow(2).sum()
+    net_inputs = [*trace.net_inputs, trace.output]
+    errors = torch.autograd.grad(cost, net_inputs, retain_graph=True)
+    weight_grads = torch.autograd.grad(cost, [layer.weight for layer in model.linears])
+    slopes = []
+    for z, act in zip(trace.net_inputs, model.acts):
+        leaf = z.detach().clone().requires_grad_(True)
+        (slope,) = torch.autograd.grad(act(leaf).sum(), leaf)
+        slopes.append(float(slope))
+    return {
+        "net_inputs": [float(z) for z in net_inputs],
+        "activations": [float(a) for a in trace.activations] + [float(trace.output)],
+        "slopes": slopes + [1.0],
+        "errors": [float(e) for e in errors],
+        "weight_gradients": [float(g) for g in weight_grads],
+        "cost": float(cost),
+        "first_over_output_error": float(errors[0] / errors[-1]),
+    }
+
+
+def initial_scales(fan_in: int, fan_out: int, stack_layers: int) -> dict:
+    """Part 4: weight variances, standard deviations and uniform bounds of one layer."""
+    out = {}
+    for scheme in ("xavier", "he", "torch-default"):
+        std = weight_std(scheme, fan_in, fan_out, activation="relu")
+        variance = std**2
+        net_input_variance = fan_in * variance  # inputs of second moment 1
+        # In a stack of square layers (fan_in = fan_out) ReLU halves the second moment:
+        # the per-layer factor is n v / 2 with the square layer's variance.
+        factor = fan_in * weight_std(scheme, fan_in, fan_in, activation="relu") ** 2 / 2
+        out[scheme] = {
+            "variance": variance,
+            "std": std,
+            "uniform_bound": std * math.sqrt(3.0),
+            "net_input_variance": net_input_variance,
+            "relu_second_moment": net_input_variance / 2,
+            "square_relu_layer_factor": factor,
+            f"variance_after_{stack_layers}_layers": factor**stack_layers,
+            f"std_after_{stack_layers}_layers": factor ** (stack_layers / 2),
+        }
+    return out
+
+
+def worked_example_values(config: WorkedExampleConfig | None = None) -> dict:
+    """All values of the four calculations as one nested dict."""
+    c = config or WorkedExampleConfig()
+    dead_biases = list(c.chain_biases)
+    dead_biases[1] = c.dead_bias
+    return {
+        "linear_collapse": linear_collapse(),
+        "activations": activation_table(),
+        "chain_sigmoid": chain(c.chain_weights, c.chain_biases, "sigmoid", c.chain_input,
+                               c.chain_target),
+        "chain_relu": chain(c.chain_weights, c.chain_biases, "relu", c.chain_input, c.chain_target),
+        "chain_relu_dead": chain(c.chain_weights, dead_biases, "relu", c.chain_input,
+                                 c.chain_target),
+        "initial_scales": initial_scales(c.fan_in, c.fan_out, c.stack_layers),
+    }
+
+
+def _fmt(values) -> str:
+    if isinstance(values, (list, tuple)):
+        return "(" + ", ".join(_fmt(v) for v in values) + ")"
+    value = float(values)
+    if value != 0 and (abs(value) < 1e-3 or abs(value) >= 1e5):
+        return f"{value:.4e}"
+    return f"{value:.4f}"
+
+
+def format_worked_example(values: dict) -> str:
+    """Every value of :func:`worked_example_values` as readable text."""
+    lines = ["Two linear layers are one"]
+    for key, value in values["linear_collapse"].items():
+        lines.append(f"  {key}: {_fmt(value)}")
+    lines.append("The eight activations at z = -1.5, 0, 0.5")
+    for spec, entry in values["activations"].items():
+        lines.append(f"  {spec}: values {_fmt(entry['values'])}; slopes {_fmt(entry['slopes'])}")
+    for key, title in (("chain_sigmoid", "sigmoid"), ("chain_relu", "ReLU"),
+                       ("chain_relu_dead", "ReLU, second bias -2")):
+        entry = values[key]
+        lines.append(f"The error through a chain of four units ({title})")
+        for name in ("net_inputs", "activations", "slopes", "errors", "weight_gradients"):
+            lines.append(f"  {name} (layer 1..4): {_fmt(entry[name])}")
+        lines.append(f"  cost: {_fmt(entry['cost'])}; first-layer error / output error: "
+                     f"{_fmt(entry['first_over_output_error'])}")
+    lines.append("Initial scales of one layer")
+    for scheme, entry in values["initial_scales"].items():
+        lines.append(f"  {scheme}: " + ", ".join(f"{k} {_fmt(v)}" for k, v in entry.items()))
+    return "\n".join(lines)
+
+
+@register
+class WorkedExampleExperiment(Experiment):
+    """The handbook's worked example, every value computed, printed and saved."""
+
+    name = "worked-example"
+    description = "The four pen-and-paper calculations of seed 001, printed value by value."
+    Config = WorkedExampleConfig
+    default_seeds = 1
+    seeds_per_unit = None
+
+    def run_unit(self, config: WorkedExampleConfig, unit: dict, seeds: list[int],
+                 ctx: UnitContext) -> UnitResult:
+        """Compute every value (no randomness: the seed is unused)."""
+        values = worked_example_values(config)
+        result = UnitResult(data={"values": values})
+        seed = seeds[0] if seeds else 0
+        for spec, entry in values["activations"].items():
+            for z, v, s in zip(POINTS, entry["values"], entry["slopes"]):
+                result.add(spec, seed, 0, str(z), "value", v)
+                result.add(spec, seed, 0, str(z), "slope", s)
+        for key in ("chain_sigmoid", "chain_relu", "chain_relu_dead"):
+            for name in ("net_inputs", "errors", "weight_gradients"):
+                for layer, v in enumerate(values[key][name], start=1):
+                    result.add(key, seed, 0, str(layer), name, v)
+        return result
+
+    def summarize(self, config: WorkedExampleConfig, table, results: list[dict],
+                  ctx: RunContext) -> dict:
+        """Print every value and return them as the summary."""
+        values = next(r["data"]["values"] for r in results if "values" in r.get("data", {}))
+        print(format_worked_example(values))
+        return values
+
+    def claims(self, summary: dict) -> list[Claim]:
+        """Every published value of the worked example, to the handbook's four decimals."""
+        return worked_example_claims(summary)
+
+
+def _close(measured, published, tol: float = 5e-5) -> bool:
+    return all(abs(a - b) <= tol for a, b in zip(measured, published, strict=True))
+
+
+def worked_example_claims(values: dict) -> list[Claim]:
+    """Compare with the handbook's four-decimal values (tolerance half a unit in the 4th place)."""
+    src = "seed 001, Worked example"
+    out = []
+    lc = values["linear_collapse"]
+    out.append(Claim("collapsed weight (0, -4.5), bias 2.5; outputs -6.5 = -6.5; with ReLU "
+                     "hidden (0, 1.5, 0) and output -1.0",
+                     f"{_fmt(lc['collapsed_weight'])}, {lc['collapsed_bias']:.4f}; "
+                     f"{lc['two_layer_output']:.4f} = {lc['collapsed_output']:.4f}; "
+                     f"{_fmt(lc['relu_hidden_activations'])}, {lc['relu_output']:.4f}",
+                     _close(lc["collapsed_weight"], (0.0, -4.5))
+                     and _close([lc["collapsed_bias"], lc["two_layer_output"], lc["collapsed_output"],
+                                 lc["relu_output"]], (2.5, -6.5, -6.5, -1.0))
+                     and _close(lc["relu_hidden_activations"], (0.0, 1.5, 0.0)), src))
+    for spec, (vals, slopes) in PUBLISHED_ACTIVATIONS.items():
+        entry = values["activations"][spec]
+        out.append(Claim(f"{spec} at -1.5, 0, 0.5: values {vals}, slopes {slopes}",
+                         f"{_fmt(entry['values'])}; {_fmt(entry['slopes'])}",
+                         _close(entry["values"], vals) and _close(entry["slopes"], slopes), src))
+    sig = values["chain_sigmoid"]
+    out.append(Claim("sigmoid chain: net inputs (1.0000, 0.5966, 0.8739, 0.4111), errors "
+                     "(-0.0198, -0.0672, -0.2447, -0.5889), weight gradients (-0.0198, -0.0492, "
+                     "-0.1578, -0.4155), cost 0.1734, first/output error 0.0337",
+                     f"{_fmt(sig['net_inputs'])}, {_fmt(sig['errors'])}, "
+                     f"{_fmt(sig['weight_gradients'])}, {sig['cost']:.4f}, "
+                     f"{sig['first_over_output_error']:.4f}",
+                     _close(sig["net_inputs"], (1.0, 0.5966, 0.8739, 0.4111))
+                     and _close(sig["errors"], (-0.0198, -0.0672, -0.2447, -0.5889))
+                     and _close(sig["weight_gradients"], (-0.0198, -0.0492, -0.1578, -0.4155))
+                     and _close([sig["cost"], sig["first_over_output_error"]], (0.1734, 0.0337)),
+                     src))
+    relu = values["chain_relu"]
+    out.append(Claim("ReLU chain: net inputs (1.0, 1.0, 1.3, 1.6), errors (2.16, 1.44, 1.2, "
+                     "0.6), weight gradients (2.16, 1.44, 1.2, 0.78), cost 0.18",
+                     f"{_fmt(relu['net_inputs'])}, {_fmt(relu['errors'])}, "
+                     f"{_fmt(relu['weight_gradients'])}, {relu['cost']:.4f}",
+                     _close(relu["net_inputs"], (1.0, 1.0, 1.3, 1.6))
+                     and _close(relu["errors"], (2.16, 1.44, 1.2, 0.6))
+                     and _close(relu["weight_gradients"], (2.16, 1.44, 1.2, 0.78))
+                     and _close([relu["cost"]], (0.18,)), src))
+    dead = values["chain_relu_dead"]
+    zero_grads = sum(1 for g in dead["weight_gradients"] if g == 0.0)
+    out.append(Claim("ReLU chain with b2 = -2: output -0.8, cost 1.62, errors (0, 0, -3.6, -1.8); "
+                     "w1, w2, w3 get zero gradient",
+                     f"output {dead['net_inputs'][-1]:.4f}, cost {dead['cost']:.4f}, errors "
+                     f"{_fmt(dead['errors'])}, {zero_grads} zero weight gradients",
+                     _close([dead["net_inputs"][-1], dead["cost"]], (-0.8, 1.62))
+                     and _close(dead["errors"], (0.0, 0.0, -3.6, -1.8)) and zero_grads == 3, src))
+    sc = values["initial_scales"]
+    published = {"xavier": (0.005, 0.0707, 0.1225, 1.5, 0.75, 0.5),
+                 "he": (2 / 300, 0.0816, 0.1414, 2.0, 1.0, 1.0),
+                 "torch-default": (1 / 900, 1 / 30, 0.0577, 1 / 3, 1 / 6, 1 / 6)}
+    for scheme, pub in published.items():
+        e = sc[scheme]
+        got = (e["variance"], e["std"], e["uniform_bound"], e["net_input_variance"],
+               e["relu_second_moment"], e["square_relu_layer_factor"])
+        out.append(Claim(f"{scheme} for 300 -> 100: variance, std, uniform bound, net-input "
+                         f"variance, ReLU second moment, square-stack factor = {_fmt(pub)}",
+                         _fmt(got), _close(got, pub), src))
+    tens = [sc[s]["std_after_10_layers"] for s in ("he", "xavier", "torch-default")]
+    out.append(Claim("after ten square ReLU layers the std factor is 1, 1/32 and 1.28e-4",
+                     _fmt(tens), _close(tens[:2], (1.0, 0.03125), 1e-12)
+                     and abs(tens[2] / 1.28e-4 - 1) < 0.005, src))
+    return out
