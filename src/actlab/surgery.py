@@ -86,8 +86,8 @@ def activation_bounds(module: nn.Module) -> tuple[float, float] | None:
         if isinstance(module, cls):
             return bounds
     if getattr(module, "bounded", False):
-        base = str(getattr(module, "spec", "")).split(":")[0].strip().lower()
-        return _SPEC_BOUNDS.get(base)
+        # only a plain spec: options such as a shift move the bounds
+        return _SPEC_BOUNDS.get(str(getattr(module, "spec", "")).strip().lower())
     return None
 
 
@@ -204,7 +204,8 @@ def patch_(
     # under all its names by one new module (sharing is kept).
     holders: dict[int, list[tuple[nn.Module, str]]] = {id(m): [] for m in chosen.values()}
     for parent in model.modules():
-        for child_name, child in parent.named_children():
+        # _modules, not named_children(): the latter hides a second name of the same child
+        for child_name, child in parent._modules.items():
             if id(child) in holders:
                 holders[id(child)].append((parent, child_name))
     replaced: dict[str, nn.Module] = {}
