@@ -91,7 +91,7 @@ class Toy(Experiment):
         act = unit["act"]
         if config.sleep:
             time.sleep(config.sleep)
-        if act == config.fail_act:
+        if act == config.fail_act or act in FAIL_ACTS:
             raise RuntimeError(f"boom in {act}")
         result = UnitResult()
         for seed in seeds:
@@ -152,3 +152,28 @@ class ToyBrokenSummary(Toy):
 
     def summarize(self, config, table, results, ctx) -> dict:  # noqa: D102
         raise ValueError("summary exploded")
+
+
+# ---------------------------------------------------------------- helpers for the tests
+FAIL_ACTS: set[str] = set()  # activations whose units raise, toggled in-process by tests
+
+
+def invoke(*args: str):
+    """Run the ``actlab`` CLI in this process; returns click's ``Result``."""
+    from click.testing import CliRunner
+
+    from actlab.cli import main
+
+    return CliRunner().invoke(main, [str(a) for a in args], catch_exceptions=False)
+
+
+def subprocess_env() -> dict[str, str]:
+    """Environment for an ``actlab`` subprocess that registers these toy experiments."""
+    import os
+    from pathlib import Path
+
+    env = dict(os.environ)
+    here = str(Path(__file__).resolve().parent)
+    env["PYTHONPATH"] = here + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env["ACTLAB_EXPERIMENT_MODULES"] = "_toy_experiments"
+    return env
