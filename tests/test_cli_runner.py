@@ -1,0 +1,68 @@
+"""CLI details of run/sweep: --list, usage errors, device, names, TensorBoard and MLflow sinks."""
+
+from __future__ import annotations
+
+import csv
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _toy_experiments as toy  # noqa: E402
+
+
+def test_run_list_shows_experiments_with_descriptions():
+    result = toy.invoke("run", "--list")
+    assert result.exit_code == 0
+    line = next(line for line in result.output.splitlines() if line.startswith("toy "))
+    assert "toy regression for the runner's tests" in line
+    assert toy.invoke("run").exit_code == 2  # no experiment and no --list
+
+
+def test_quiet_without_tty_and_env_records_the_command(tmp_path):
+    result = toy.invoke("run", "toy", "--quick", "--set", "acts=relu", "--out", tmp_path)
+    assert result.exit_code == 0
+    assert "%|" not in result.stderr and "it/s" not in result.stderr  # no progress bars
+    env = json.loads((tmp_path / "toy" / "quick_acts=relu" / "env.json").read_text())
+    assert isinstance(env["command"], list)
+    assert env["torch_threads"] == torch.get_num_threads()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+def test_cuda_device_without_cuda_is_a_config_error(tmp_path):
+    result = toy.invoke("run", "toy", "--device", "cuda", "--out", tmp_path)
+    assert result.exit_code == 2 and "--device" in result.stderr
+
+
+def test_invalid_run_name_is_refused(tmp_path):
+    result = toy.invoke("run", "toy", "--name", "../escape", "--out", tmp_path)
+    assert result.exit_code == 2 and "--name" in result.stderr
+
+
+def test_tensorboard_and_mlflow_sinks_receive_the_table(tmp_path):
+    result = toy.invoke("run", "toy", "--quick", "--set", "acts=tanh", "--seeds", "1", "--out",
+                        tmp_path / "runs", "--tensorboard", tmp_path / "tb", "--mlflow",
+                        tmp_path / "mlruns")
+    assert result.exit_code == 0, result.output
+    with open(tmp_path / "runs" / "toy" / "quick_acts=tanh_seeds=1" / "metrics.csv") as handle:
+        losses = [float(r["value"]) for r in csv.DictReader(handle) if r["metric"] == "loss"]
+    assert len(losses) == 6
+
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(tmp_path / "tb" / "toy" / "quick_acts=tanh_seeds=1"))
+    events.Reload()
+    logged = [e.value for e in events.Scalars("tanh/loss/seed0")]
+    assert logged == pytest.approx(losses, rel=1e-6)  # TensorBoard stores float32
+
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=(tmp_path / "mlruns").resolve().as_uri())
+    run = client.search_runs([client.get_experiment_by_name("toy").experiment_id])[0]
+    history = sorted(client.get_metric_history(run.info.run_id, "tanh/loss/seed0"), key=lambda m: m.step)
+    assert [m.value for m in history] == losses
+    assert run.data.params["steps"] == "6"
+    assert run.data.metrics["summary/final_loss/tanh"] == pytest.approx(losses[-1])
