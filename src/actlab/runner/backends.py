@@ -11,12 +11,13 @@ from __future__ import annotations
 import multiprocessing
 import os
 import sys
+import traceback
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from typing import Any
 
 from actlab.errors import ConfigError
-from actlab.runner.execute import UnitTask, execute_unit
+from actlab.runner.execute import UnitTask, execute_unit, failed_record
 
 BACKENDS = ("local", "ray")
 OnDone = Callable[[dict[str, Any]], None]
@@ -36,6 +37,14 @@ def _init_worker(threads: int, sys_path: list[str]) -> None:
     torch.set_num_threads(threads)
 
 
+def _result_or_failure(get: Callable[[], dict[str, Any]], task: UnitTask) -> dict[str, Any]:
+    """The unit's record, or a failed record when its worker died (crash, lost Ray node)."""
+    try:
+        return get()
+    except Exception as exc:  # noqa: BLE001 - a dead worker fails its unit, not the sweep
+        return failed_record(task, "".join(traceback.format_exception(exc)).rstrip())
+
+
 def run_local(tasks: Sequence[UnitTask], on_done: OnDone, workers: int = 1) -> None:
     """Run tasks in this process (``workers == 1``) or a spawn-context process pool."""
     if workers < 1:
@@ -52,11 +61,12 @@ def run_local(tasks: Sequence[UnitTask], on_done: OnDone, workers: int = 1) -> N
         initializer=_init_worker,
         initargs=(threads, list(sys.path)),
     ) as pool:
-        pending = {pool.submit(execute_unit, task) for task in tasks}
+        futures = {pool.submit(execute_unit, task): task for task in tasks}
+        pending = set(futures)
         while pending:
             done, pending = wait(pending, return_when=FIRST_COMPLETED)
             for future in done:
-                on_done(future.result())
+                on_done(_result_or_failure(future.result, futures[future]))
 
 
 def run_ray(
@@ -82,11 +92,12 @@ def run_ray(
         started_here = True
     try:
         remote = ray.remote(num_cpus=1, max_retries=0)(execute_unit)
-        pending = [remote.remote(task) for task in tasks]
+        refs = {remote.remote(task): task for task in tasks}
+        pending = list(refs)
         while pending:
             done, pending = ray.wait(pending, num_returns=1)
             for ref in done:
-                on_done(ray.get(ref))
+                on_done(_result_or_failure(lambda ref=ref: ray.get(ref), refs[ref]))
     finally:
         if started_here:
             ray.shutdown()

@@ -156,6 +156,12 @@ def execute_unit(task: UnitTask) -> dict[str, Any]:
     return record
 
 
+def failed_record(task: UnitTask, error: str) -> dict[str, Any]:
+    """The record of a unit whose worker died before returning (crash, lost Ray node)."""
+    return {"id": task.unit_id, "point": task.point, "unit": task.unit, "seeds": list(task.seeds),
+            "status": STATUS_FAILED, "error": error, "rows": [], "data": {}}
+
+
 def error_headline(error: str | None) -> str:
     """The last line of a traceback (``RuntimeError: boom``), for one-line summaries."""
     if not error:

@@ -141,6 +141,8 @@ def _tasks(plan: Plan, todo: list[PlannedUnit], run_dir: RunDir, options: RunOpt
     root = module_root(module)
     pooled = options.backend == "ray" or options.workers > 1
     threads = threads_per_worker(options.workers) if pooled else None
+    if options.backend == "ray" and (options.address or options.workers == 1):
+        threads = 1  # Ray runs one task per CPU of the cluster: one thread each
     show = options.progress if options.progress is not None else sys.stderr.isatty()
     tasks = []
     for unit in todo:
