@@ -178,3 +178,19 @@ def test_resume_skips_finished_units_and_reruns_failed_or_unreadable_ones(tmp_pa
     result = toy.invoke("run", "toy", "--quick", "--set", "lr=0.2", "--name", "resumed",
                         "--resume", "--out", tmp_path / "r")
     assert result.exit_code == 2 and "--resume" in result.stderr and "config" in result.stderr
+
+
+def test_a_dead_worker_fails_its_unit_instead_of_the_sweep():
+    from actlab.runner.backends import _result_or_failure
+    from actlab.runner.execute import UnitTask
+
+    task = UnitTask("toy", "_toy_experiments", None, {}, {"lr": "1"}, {"act": "relu"}, [3], "abc",
+                    "unused")
+
+    def crashed():
+        raise RuntimeError("worker process died")
+
+    record = _result_or_failure(crashed, task)
+    assert record["status"] == "failed" and record["id"] == "abc" and record["seeds"] == [3]
+    assert "worker process died" in record["error"]
+    assert _result_or_failure(lambda: {"id": "abc", "status": "ok"}, task)["status"] == "ok"
