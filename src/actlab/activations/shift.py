@@ -10,6 +10,30 @@ import torch
 from torch import Tensor, nn
 
 
+class _CenterInPlace(torch.autograd.Function):
+    """y − mean(y) over ``dim``, written into ``y``; backward g − mean(g)."""
+
+    @staticmethod
+    def forward(ctx, y: Tensor, dim: int) -> Tensor:  # type: ignore[override]
+        ctx.dim = dim
+        ctx.mark_dirty(y)
+        return y.sub_(y.mean(dim=dim, keepdim=True))
+
+    @staticmethod
+    def backward(ctx, grad_output: Tensor) -> tuple[Tensor, None]:  # type: ignore[override]
+        return grad_output - grad_output.mean(dim=ctx.dim, keepdim=True), None
+
+
+def center(y: Tensor, dim: int, inplace: bool = False) -> Tensor:
+    """Subtract the mean over ``dim``; in place (into ``y``) when ``inplace``.
+
+    The centring is a projection, so its backward centres the gradient the same way.
+    """
+    if inplace:
+        return _CenterInPlace.apply(y, dim)
+    return y - y.mean(dim=dim, keepdim=True)
+
+
 def feature_dim(x: Tensor) -> int:
     """The dimension holding the features of one example.
 
@@ -67,9 +91,8 @@ class AdaptiveCenter(nn.Module):
             self._update(y)
         if uses_running:
             offset = self.running_mean.to(y.dtype)
-        else:
-            offset = y.mean(dim=feature_dim(y), keepdim=True)
-        return y.sub_(offset) if inplace else y - offset
+            return y.sub_(offset) if inplace else y - offset
+        return center(y, feature_dim(y), inplace)
 
     def extra_repr(self) -> str:
         return f"momentum={self.momentum}, freeze_after={self.freeze_after}"

@@ -27,12 +27,14 @@ from torch import Tensor, nn
 
 from actlab.activations import elementwise as ew
 from actlab.activations.base import Activation
-from actlab.activations.shift import AdaptiveCenter
+from actlab.activations.fused import fused_kernel, fused_shift_center
+from actlab.activations.shift import AdaptiveCenter, feature_dim
 from actlab.activations.sparse import topk_sparsify
 from actlab.activations.special import (
     LearnableSiLUCore,
     NoisyReLUCore,
     PReLUCore,
+    relu_output_writable,
     sugar,
 )
 from actlab.errors import SpecError
@@ -152,7 +154,7 @@ def _d_relu_ignoring_params(x: Tensor, **_: Any) -> Tensor:
 
 
 def _builtins() -> None:
-    _add(ActivationDef("relu", ew.relu, ew.d_relu, fast=F.relu, fast_inplace=ew.relu,
+    _add(ActivationDef("relu", ew.relu, ew.d_relu, fast=F.relu, fast_inplace=relu_output_writable,
                        builtin=True, description="max(0, x)"))
     _add(ActivationDef(
         "leaky_relu", ew.leaky_relu, ew.d_leaky_relu, params={"slope": 0.01},
@@ -567,9 +569,21 @@ class SpecActivation(Activation):
             self._fn = partial(kernel, **params) if params else kernel
         if self.clip is not None:
             self._inplace_ok = True  # clamp_max returns a fresh tensor it does not save
+        # Fast path: one autograd node for function + shift/centring (see fused.py).
+        plain_center = self.center is not None and self.center.momentum is None \
+            and self.center.freeze_after is None
+        self._fused = None
+        if self.core is None and self.clip is None and (
+            plain_center or (self.center is None and self.shift != 0.0)
+        ):
+            self._fused = fused_kernel(parsed.name, params)
 
     def forward(self, x: Tensor) -> Tensor:
         """Apply the activation and its options."""
+        if self._fused is not None:
+            dim = feature_dim(x) if self.center is not None else None
+            y = fused_shift_center(x, self._fused, self.shift, dim)
+            return topk_sparsify(y, self.topk) if self.topk is not None else y
         y = self.core(x) if self.core is not None else self._fn(x)
         if self.clip is not None:
             y = torch.clamp_max(y, self.clip)

@@ -87,7 +87,33 @@ class _SugarFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_output: Tensor) -> tuple[Tensor, None]:  # type: ignore[override]
         (x,) = ctx.saved_tensors
-        return grad_output * sugar_surrogate(x, ctx.alpha), None
+        if torch.is_grad_enabled():  # double backward: differentiable out-of-place form
+            return grad_output * sugar_surrogate(x, ctx.alpha), None
+        # g σ + (x + α) g σ(1−σ), with two allocations instead of six
+        s = torch.sigmoid(x)
+        r = torch.ops.aten.sigmoid_backward(grad_output, s)  # g σ (1 − σ)
+        s.mul_(grad_output).addcmul_(r, x).add_(r, alpha=ctx.alpha)
+        return s, None
+
+
+class _ReLUSavingInput(torch.autograd.Function):
+    """ReLU whose backward reads the input, not the output, so the output may be modified
+    in place afterwards (a shift, centring) without a copy."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor) -> Tensor:  # type: ignore[override]
+        ctx.save_for_backward(x)
+        return torch.relu(x)
+
+    @staticmethod
+    def backward(ctx, grad_output: Tensor) -> Tensor:  # type: ignore[override]
+        (x,) = ctx.saved_tensors
+        return torch.ops.aten.threshold_backward(grad_output, x, 0)
+
+
+def relu_output_writable(x: Tensor) -> Tensor:
+    """max(0, x), as :func:`torch.relu`, but safe to modify in place afterwards."""
+    return _ReLUSavingInput.apply(x)
 
 
 def sugar(x: Tensor, alpha: float = 1.67) -> Tensor:
