@@ -20,14 +20,31 @@ ParamSelection = Callable[[str, torch.Tensor], bool] | Sequence[str] | None
 Batch = tuple[Any, Any]
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
+
+
+def mse_loss(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """Mean squared error, the same value as ``F.mse_loss(output, target)`` (mean reduction).
+
+    Written out because ``F.mse_loss``'s backward breaks forward-over-reverse
+    differentiation in PyTorch ("ZeroTensors are immutable").
+    """
+    diff = output - target
+    return (diff * diff).mean()
+
+
 _NAMED_LOSSES: dict[str, LossFn] = {
-    "mse": F.mse_loss,
+    "mse": mse_loss,
     "cross_entropy": F.cross_entropy,
 }
 
 
 def resolve_loss(loss_fn: LossFn | str) -> LossFn:
-    """Return ``loss_fn`` itself, or the loss named ``"mse"`` / ``"cross_entropy"``."""
+    """Return ``loss_fn`` itself, or the loss named ``"mse"`` / ``"cross_entropy"``.
+
+    ``F.mse_loss`` is swapped for the equivalent :func:`mse_loss` (see there why).
+    """
+    if loss_fn is F.mse_loss:
+        return mse_loss
     if callable(loss_fn):
         return loss_fn
     if isinstance(loss_fn, str):

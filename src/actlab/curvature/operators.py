@@ -7,8 +7,12 @@ Products are computed with :mod:`torch.func` on a frozen functional copy of the 
 * Hessian: forward-over-reverse, ``jvp(grad(loss))`` — one forward, one backward and their
   tangents per batch; exact, and cheaper in memory than double backward.
 * Gauss–Newton ``JᵀH_L J``: ``jvp`` through the model for ``Jv``, the loss's own
-  Hessian-vector product in output space for ``H_L Jv`` (works for any loss convex in the
-  outputs: MSE, cross-entropy, a user lambda), then ``vjp`` for ``Jᵀ(·)``.
+  Hessian-vector product in output space for ``H_L Jv`` (double backward on the output
+  only; works for any loss: MSE, cross-entropy, a user lambda), then ``vjp`` for ``Jᵀ(·)``.
+  ``H_L`` is positive semi-definite — and hence the operator — for losses convex in the output.
+
+The Hessian falls back to double backward (reverse-over-reverse) if an op in the loss or
+model lacks forward-over-reverse support.
 
 Products are averaged over batches weighted by batch size, so with a mean-reduced loss
 they equal the curvature of the loss on the union of the batches. The model's parameters,
@@ -113,15 +117,33 @@ class HessianOperator(_ModelOperator):
     names (for per-block spectra).
     """
 
+    forward_over_reverse = True
+
     def _matvec(self, v: torch.Tensor) -> torch.Tensor:
         fm = self.fmodel
         tangent = fm.layout.unflatten(v)
         out = torch.zeros(self.dim, dtype=self.dtype, device=self.device)
         for w, batch in zip(self.weights, self.batches):
-            grad_fn = grad(lambda p, b=batch: fm.loss(p, b, self.loss_fn))
-            _, hv = jvp(grad_fn, (fm.params,), (tangent,))
-            out += w * fm.layout.flatten(hv)
+            out += w * fm.layout.flatten(self._batch_hvp(batch, tangent))
         return out
+
+    def _batch_hvp(self, batch: Batch, tangent: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        fm = self.fmodel
+        if self.forward_over_reverse:
+            grad_fn = grad(lambda p: fm.loss(p, batch, self.loss_fn))
+            try:
+                return jvp(grad_fn, (fm.params,), (tangent,))[1]
+            except RuntimeError as err:
+                # Some ops lack forward-over-reverse support (e.g. F.mse_loss's backward):
+                # fall back to double backward for this operator from now on.
+                if "ZeroTensor" not in str(err) and "forward AD" not in str(err):
+                    raise
+                self.forward_over_reverse = False
+        with torch.enable_grad():
+            p = {n: t.detach().requires_grad_(True) for n, t in fm.params.items()}
+            g = torch.autograd.grad(fm.loss(p, batch, self.loss_fn), list(p.values()), create_graph=True)
+            hv = torch.autograd.grad(g, list(p.values()), grad_outputs=list(tangent.values()))
+        return dict(zip(p, hv))
 
 
 class GaussNewtonOperator(_ModelOperator):
@@ -145,13 +167,20 @@ class GaussNewtonOperator(_ModelOperator):
             output, vjp_fn = vjp(forward, fm.params)
             _, jv = jvp(forward, (fm.params,), (tangent,))
 
-            def output_grad(o, y=y):
-                return grad(lambda o_: self.loss_fn(o_, y))(o)
-
-            _, hjv = jvp(output_grad, (output,), (jv,))
-            (jthjv,) = vjp_fn(hjv)
+            (jthjv,) = vjp_fn(self._output_hvp(output, y, jv))
             out += w * fm.layout.flatten(jthjv)
         return out
+
+
+    def _output_hvp(self, output: torch.Tensor, y: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+        """``H_L u`` in output space by double backward (small, and works for every loss)."""
+        with torch.enable_grad():
+            o = output.detach().requires_grad_(True)
+            (g,) = torch.autograd.grad(self.loss_fn(o, y), o, create_graph=True)
+            if not g.requires_grad:  # loss linear in the output: H_L = 0
+                return torch.zeros_like(u)
+            (hu,) = torch.autograd.grad(g, o, grad_outputs=u)
+        return hu
 
 
 class DenseOperator(CurvatureOperator):
