@@ -45,13 +45,19 @@ def _result_or_failure(get: Callable[[], dict[str, Any]], task: UnitTask) -> dic
         return failed_record(task, "".join(traceback.format_exception(exc)).rstrip())
 
 
-def run_local(tasks: Sequence[UnitTask], on_done: OnDone, workers: int = 1) -> None:
-    """Run tasks in this process (``workers == 1``) or a spawn-context process pool."""
+def run_local(
+    tasks: Sequence[UnitTask], on_done: OnDone, workers: int = 1, configs: Sequence[Any] | None = None
+) -> None:
+    """Run tasks in this process (``workers == 1``) or a spawn-context process pool.
+
+    ``configs`` (one config object per task) is used in-process; pool workers rebuild the
+    config from the task's JSON dict.
+    """
     if workers < 1:
         raise ConfigError("--workers", f"must be >= 1, got {workers}")
-    if workers == 1 or len(tasks) <= 1:
-        for task in tasks:
-            on_done(execute_unit(task))
+    if workers == 1:
+        for i, task in enumerate(tasks):
+            on_done(execute_unit(task, configs[i] if configs is not None else None))
         return
     threads = threads_per_worker(workers)
     context = multiprocessing.get_context("spawn")

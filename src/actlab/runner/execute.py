@@ -105,8 +105,12 @@ def _normalise_rows(rows: list, seeds: list[int]) -> list[list]:
     return out
 
 
-def execute_unit(task: UnitTask) -> dict[str, Any]:
-    """Run ``task`` and return its record: id, point, unit, seeds, status, error, rows, data."""
+def execute_unit(task: UnitTask, config: Any = None) -> dict[str, Any]:
+    """Run ``task`` and return its record: id, point, unit, seeds, status, error, rows, data.
+
+    ``config`` is the config object when running in the parent process; workers rebuild it
+    from ``task.config`` (a JSON dict) with ``build_config``.
+    """
     started = time.perf_counter()
     record: dict[str, Any] = {
         "id": task.unit_id,
@@ -129,7 +133,8 @@ def execute_unit(task: UnitTask) -> dict[str, Any]:
         from actlab.runner.experiment import get_experiment
 
         experiment = get_experiment(task.experiment)
-        config = build_config(experiment.Config, task.config)
+        if config is None:
+            config = build_config(experiment.Config, task.config)
         workdir.mkdir(parents=True, exist_ok=True)
         ctx = UnitContext(workdir=workdir, device=torch.device(task.device), progress=_progress(task.quiet))
         result = experiment.run_unit(config, dict(task.unit), list(task.seeds), ctx)

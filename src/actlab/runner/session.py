@@ -19,7 +19,7 @@ from typing import Any
 from actlab.errors import ConfigError
 from actlab.runner.atomic import dumps
 from actlab.runner.backends import BACKENDS, run_local, run_ray, threads_per_worker
-from actlab.runner.config import config_to_dict
+from actlab.runner.config import build_config, config_to_dict
 from actlab.runner.env import environment
 from actlab.runner.execute import UnitTask, error_headline, module_root
 from actlab.runner.experiment import (
@@ -124,6 +124,16 @@ def _config_record(plan: Plan, name: str, grid: dict[str, list[str]]) -> dict[st
     if not grid:
         record["config"] = config_to_dict(plan.configs[0])
     return json.loads(dumps(record))
+
+
+def _check_round_trip(plan: Plan) -> None:
+    """Workers rebuild configs from JSON; refuse configs that would not come back equal."""
+    cls = plan.experiment.Config
+    for config in plan.configs:
+        if build_config(cls, config_to_dict(config)) != config:
+            raise ConfigError(
+                "--workers", f"{cls.__name__} does not survive a JSON round trip; use --workers 1"
+            )
 
 
 def _sinks(options: RunOptions) -> list[Sink]:
@@ -262,12 +272,14 @@ def run_experiment(
             sink.unit(record, _run_prefix(record["point"]))
         bar.update(1)
 
+    if options.backend == "ray" or options.workers > 1:
+        _check_round_trip(plan)
     tasks = _tasks(plan, todo, run_dir, options)
     try:
         if options.backend == "ray":
             run_ray(tasks, on_done, options.address, options.workers if options.workers > 1 else None)
         else:
-            run_local(tasks, on_done, options.workers)
+            run_local(tasks, on_done, options.workers, [plan.config_for(u.point) for u in todo])
     finally:
         bar.close()
         if run_dir.work_dir.exists() and not any(run_dir.work_dir.iterdir()):
