@@ -154,7 +154,7 @@ class ToyBrokenSummary(Toy):
         raise ValueError("summary exploded")
 
 
-# ---------------------------------------------------------------- helpers for the tests
+# ---------------------------------------------------------------- utilities for the tests
 FAIL_ACTS: set[str] = set()  # activations whose units raise, toggled in-process by tests
 
 

@@ -13,9 +13,9 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _toy_experiments as toy  # noqa: E402
 
+from actlab.runner.driver import RunOptions, run_experiment  # noqa: E402
 from actlab.runner.experiment import get_experiment  # noqa: E402
 from actlab.runner.plan import make_plan, parse_grid, unit_id  # noqa: E402
-from actlab.runner.session import RunOptions, run_experiment  # noqa: E402
 
 
 def read_rows(path: Path) -> list[dict[str, str]]:

@@ -15,8 +15,8 @@ import click
 
 from actlab.cli import main
 from actlab.runner.config import parse_assignments
+from actlab.runner.driver import RunOptions, RunOutcome, run_experiment
 from actlab.runner.plan import parse_grid
-from actlab.runner.session import RunOptions, RunOutcome, run_experiment
 
 PLUGIN_VARIABLE = "ACTLAB_EXPERIMENT_MODULES"
 

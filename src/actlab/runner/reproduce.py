@@ -13,10 +13,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from actlab.runner.driver import RunOptions, run_experiment
 from actlab.runner.execute import error_headline
 from actlab.runner.experiment import list_experiments
 from actlab.runner.report import write_index
-from actlab.runner.session import RunOptions, run_experiment
 
 PREFERRED_ORDER = (
     "gallery",
