@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import math
 
 import pytest
@@ -178,6 +179,12 @@ def test_modules_are_picklable_and_state_dict_roundtrips(tmp_path) -> None:
     fresh.load_state_dict(torch.load(path))
     assert int(fresh.center.steps) == 3
     assert torch.equal(fresh.center.running_mean, module.center.running_mean)
-    torch.save(module, tmp_path / "whole.pt")
-    loaded = torch.load(tmp_path / "whole.pt", weights_only=False)
-    assert loaded.spec == module.spec
+    x = torch.randn(3, 8)
+    for spec in ("gelu:adaptive:momentum=0.5:freeze_after=3", "leaky_relu:slope=0.2:shift=0.1",
+                 "relu:shift=theory", "prelu:clip=2", "silu:beta=2:topk=0.5"):
+        module = actlab.activation(spec).eval()
+        torch.save(module, tmp_path / "whole.pt")
+        loaded = torch.load(tmp_path / "whole.pt", weights_only=False)
+        assert loaded.spec == module.spec
+        assert torch.equal(loaded(x), module(x))
+        assert torch.equal(copy.deepcopy(module)(x), module(x))

@@ -554,13 +554,21 @@ class SpecActivation(Activation):
             if adaptive else None
         )
         self.core: nn.Module | None = None
-        post_ops = self.clip is not None or self.shift != 0.0 or adaptive
         if parsed.name == "silu" and "learnable" in parsed.flags:
             self.core = LearnableSiLUCore(params["beta"])
-            self._inplace_ok = True
         elif defn.core is not None:
             self.core = defn.core(**params)
-            self._inplace_ok = defn.inplace_ok
+        self._bind_kernels()
+
+    def _bind_kernels(self) -> None:
+        """Choose the forward kernels (plain functions, not state: rebuilt on unpickling)."""
+        parsed = self.parsed
+        defn = _REGISTRY[parsed.name]
+        params = parsed.params
+        post_ops = self.clip is not None or self.shift != 0.0 or self.center is not None
+        self._fn: Callable[[Tensor], Tensor] | None = None
+        if self.core is not None:
+            self._inplace_ok = defn.inplace_ok or parsed.name == "silu"
         else:
             kernel = defn.fast or defn.fn
             self._inplace_ok = defn.inplace_ok
@@ -577,6 +585,17 @@ class SpecActivation(Activation):
             plain_center or (self.center is None and self.shift != 0.0)
         ):
             self._fused = fused_kernel(parsed.name, params)
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = super().__getstate__() if hasattr(super(), "__getstate__") else self.__dict__
+        state = dict(state)
+        state.pop("_fn", None)
+        state.pop("_fused", None)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        super().__setstate__(state)
+        self._bind_kernels()
 
     def forward(self, x: Tensor) -> Tensor:
         """Apply the activation and its options."""
