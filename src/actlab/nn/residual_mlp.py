@@ -26,11 +26,19 @@ import math
 import torch
 from torch import Tensor, nn
 
+from actlab.activations.base import Activation
 from actlab.errors import SpecError
 
 
 def make_activation(spec: str | nn.Module) -> nn.Module:
-    """An activation module from a spec string (via ``actlab.activation``) or a module (copied)."""
+    """An activation module from a spec string (via ``actlab.activation``) or a module (copied).
+
+    A fixed shift (``relu:shift=theory``, ``gelu:shift=0.115``) is applied here as
+    ``phi(z) - b`` with ordinary tensor ops around the registry's unshifted module: the
+    registry's fast shifted kernels are ``torch.autograd.Function``s without functorch
+    support, and the ensemble (vmap) and curvature tools (grad, jvp) need it. The shift
+    value is the registry's own (so ``theory`` means the same everywhere).
+    """
     if isinstance(spec, nn.Module):
         return copy.deepcopy(spec)
     if not isinstance(spec, str):
@@ -39,10 +47,29 @@ def make_activation(spec: str | nn.Module) -> nn.Module:
         from actlab.activations.spec import activation
     except ImportError:  # the spec registry is optional at import time
         return _FallbackActivation(spec)
-    return activation(spec)
+    module = activation(spec)  # validates the whole spec, resolves shift=theory
+    shift = float(getattr(module, "shift", 0.0) or 0.0)
+    if shift == 0.0:
+        return module
+    tokens = spec.strip().split(":")
+    base = ":".join(t for t in tokens if not t.strip().startswith(("shift=", "q=")))
+    return ShiftedActivation(activation(base), shift, spec)
 
 
-class _FallbackActivation(nn.Module):
+class ShiftedActivation(Activation):
+    """``phi(z) - shift`` around an unshifted activation module (vmap/grad-friendly)."""
+
+    def __init__(self, base: nn.Module, shift: float, spec: str = "") -> None:
+        super().__init__()
+        self.base = base
+        self.shift = float(shift)
+        self.spec = spec or f"{getattr(base, 'spec', base)}:shift={shift}"
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.base(x) - self.shift
+
+
+class _FallbackActivation(Activation):
     """Minimal ``name[:shift=B|theory]`` activations, used only if the spec registry is absent."""
 
     _FUNCTIONS = {

@@ -1,0 +1,518 @@
+"""Shared machinery of the teacher-student experiments (seed 000, §2 and App. A-C).
+
+One call of :func:`train_students` trains, for one activation, every student condition
+(e.g. unshifted and ``shift=theory``; or a grid of shifts) for all seeds as one vmapped
+ensemble against a per-seed fixed teacher with the unshifted activation. Within a seed
+every condition starts from the same parameters (the shifted student is the unshifted one
+with only its activation swapped) and sees the same fresh Gaussian batches.
+
+Along the way it logs, on a fixed per-seed evaluation set, the loss, the per-block mean of
+the residual stream and of the activation output, and optionally the gradient angle
+between two conditions, parameter checkpoints of one seed and curvature of a few seeds.
+The experiments (``teacher-student``, ``shift-sweep``, ``size-sweep``, ``ablations``) are
+thin wrappers that choose conditions and turn the table into figures and summaries.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from actlab.data.synthetic import GaussianStream, gaussian_inputs, seed_generator, soft_targets
+from actlab.errors import ConfigError
+from actlab.nn.residual_mlp import ResidualMLP
+from actlab.train.ensemble import Ensemble, EnsembleTrainer
+from actlab.train.functional_optim import make_optimizer
+
+LOSSES = ("mse", "soft_ce")
+DTYPES = {"float32": torch.float32, "float64": torch.float64}
+PAPER_ACTIVATIONS = ("relu", "gelu", "silu", "sigmoid")
+
+
+# --------------------------------------------------------------------------- settings
+@dataclass
+class ModelSettings:
+    """Model and training settings shared by the teacher-student experiments.
+
+    Defaults: the medium model (20, 80, 10) with Adam 1e-3, batch 256 of fresh Gaussian
+    inputs, MSE (the paper's large model (50, 200, 20) is each experiment's ``--full``).
+    """
+
+    d: int = 20
+    m: int = 80
+    L: int = 10
+    norm: str = "pre"
+    bias: bool = False
+    loss: str = "mse"
+    optimizer: str = "adam"
+    lr: float = 1e-3
+    steps: int = 6000
+    batch_size: int = 256
+    eval_size: int = 1024
+    log_points: int = 80
+    dtype: str = "float32"
+
+    def validate(self) -> None:
+        """Raise :class:`ConfigError` naming the first invalid field."""
+        for name in ("d", "m", "L", "steps", "batch_size", "eval_size"):
+            if getattr(self, name) < 1:
+                raise ConfigError(name, f"must be >= 1, got {getattr(self, name)}")
+        if self.log_points < 2:
+            raise ConfigError("log_points", f"must be >= 2, got {self.log_points}")
+        if self.norm not in ("pre", "post"):
+            raise ConfigError("norm", f"must be 'pre' or 'post', got {self.norm!r}")
+        if self.loss not in LOSSES:
+            raise ConfigError("loss", f"must be one of {', '.join(LOSSES)}, got {self.loss!r}")
+        if self.optimizer not in ("adam", "sgd"):
+            raise ConfigError("optimizer", f"must be 'adam' or 'sgd', got {self.optimizer!r}")
+        if not self.lr > 0:
+            raise ConfigError("lr", f"must be > 0, got {self.lr}")
+        if self.dtype not in DTYPES:
+            raise ConfigError("dtype", f"must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
+
+
+def validate_activations(field_name: str, specs: Sequence[str]) -> None:
+    """Every spec must build (unknown names raise ConfigError with the registry's suggestion)."""
+    from actlab.nn.residual_mlp import make_activation
+
+    if not specs:
+        raise ConfigError(field_name, "needs at least one activation")
+    for spec in specs:
+        if ":" in spec:
+            raise ConfigError(field_name, f"give plain names (the shift is added), got {spec!r}")
+        try:
+            make_activation(spec)
+        except ValueError as exc:
+            raise ConfigError(field_name, str(exc)) from None
+
+
+def theory_shift(activation: str) -> float:
+    """The post-activation mean at initialisation, E[phi(Z)], Z ~ N(0, 1/3) (Table 1)."""
+    from actlab.theory import shift
+
+    return float(shift(activation, q=1 / 3))
+
+
+def shifted_spec(activation: str, b: float | str) -> str:
+    """``relu`` + 0.23 -> ``relu:shift=0.23``; ``b == 0`` gives the plain activation."""
+    if isinstance(b, str):
+        return f"{activation}:shift={b}"
+    return activation if b == 0 else f"{activation}:shift={b!r}"
+
+
+def loss_function(name: str) -> Callable[[Tensor, Tensor], Tensor]:
+    """The per-member loss: MSE, or soft-target cross-entropy against teacher probabilities."""
+    if name == "mse":
+        return F.mse_loss
+    return F.cross_entropy  # targets are probabilities (see targets_from_teacher)
+
+
+def log_steps(total: int, points: int, also: Sequence[int] = ()) -> list[int]:
+    """Logging steps: 0, a geometric series (early dynamics) and a linear one (late), plus ``also``."""
+    geometric = np.unique(np.round(np.geomspace(1, total, points // 2)).astype(int))
+    linear = np.unique(np.round(np.linspace(0, total, points - points // 2 + 1)).astype(int))
+    steps = set(geometric.tolist()) | set(linear.tolist()) | {0, total}
+    steps |= {int(s) for s in also if 0 <= s <= total}
+    return sorted(steps)
+
+
+# --------------------------------------------------------------------------- training
+@dataclass
+class StudentRun:
+    """Everything one :func:`train_students` call measured (numpy arrays, seeds first).
+
+    ``steps``: the logged steps (number of updates done). ``eval_loss[c]``: ``(S, T)``.
+    ``hidden_mean[c]`` and ``post_act_mean[c]``: ``(S, T, L)``. ``train_loss[c]``: ``(S,
+    steps)`` loss of each update's batch. ``grad_angles``: ``{k: (S,)}`` degrees between
+    the first two conditions' gradients at update ``k``. ``curvature``: rows ``(condition,
+    seed, step, kind, value)``. ``diverged[c]``: ``(S,)`` bools.
+    """
+
+    conditions: list[str]
+    seeds: list[int]
+    steps: list[int]
+    eval_loss: dict[str, np.ndarray]
+    hidden_mean: dict[str, np.ndarray]
+    post_act_mean: dict[str, np.ndarray]
+    train_loss: dict[str, np.ndarray]
+    diverged: dict[str, np.ndarray]
+    grad_angles: dict[int, np.ndarray] = field(default_factory=dict)
+    curvature: list[tuple[str, int, int, str, float]] = field(default_factory=list)
+    checkpoints: dict[str, list[Tensor]] = field(default_factory=dict)
+    extras: dict[str, Any] = field(default_factory=dict)
+
+    def add_rows(self, result: Any, prefix: str) -> None:
+        """Append this run's measurements to a :class:`UnitResult` as tidy rows.
+
+        ``run`` is ``f"{prefix}/{condition}"``; ``layer`` is ``block{l}`` for per-block values.
+        """
+        for c in self.conditions:
+            run = f"{prefix}/{c}"
+            for si, seed in enumerate(self.seeds):
+                for ti, step in enumerate(self.steps):
+                    result.add(run, seed, step, "", "eval_loss", self.eval_loss[c][si, ti])
+                    for layer in range(self.hidden_mean[c].shape[2]):
+                        name = f"block{layer}"
+                        result.add(run, seed, step, name, "hidden_mean",
+                                   self.hidden_mean[c][si, ti, layer])
+                        result.add(run, seed, step, name, "post_act_mean",
+                                   self.post_act_mean[c][si, ti, layer])
+                result.add(run, seed, self.steps[-1], "", "diverged", float(self.diverged[c][si]))
+        for k, angles in self.grad_angles.items():
+            for si, seed in enumerate(self.seeds):
+                result.add(f"{prefix}/pair", seed, k, "", "grad_angle", angles[si])
+        for cond, seed, step, kind, value in self.curvature:
+            result.add(f"{prefix}/{cond}", seed, step, "", kind, value)
+
+
+def build_models(
+    settings: ModelSettings, activation: str, conditions: dict[str, str], seeds: Sequence[int]
+) -> tuple[list[ResidualMLP], dict[str, list[ResidualMLP]]]:
+    """Per seed a teacher (unshifted ``activation``) and one student per condition.
+
+    The students of a seed are copies of one initialisation with only the activation
+    changed (``conditions`` maps a name to an activation spec).
+    """
+    dtype = DTYPES[settings.dtype]
+    kwargs = dict(norm=settings.norm, bias=settings.bias)
+    d, m, L = settings.d, settings.m, settings.L
+    teachers = [
+        ResidualMLP(d, m, L, activation, generator=seed_generator(s, "teacher"), **kwargs).to(dtype)
+        for s in seeds
+    ]
+    bases = [
+        ResidualMLP(d, m, L, activation, generator=seed_generator(s, "student"), **kwargs).to(dtype)
+        for s in seeds
+    ]
+    students = {name: [b.with_activation(spec) for b in bases] for name, spec in conditions.items()}
+    return teachers, students
+
+
+def targets_from_teacher(teacher: Ensemble, x: Tensor, loss: str) -> Tensor:
+    """Teacher outputs for ``(S, B, d)`` inputs: values (MSE) or class probabilities (soft CE)."""
+    with torch.no_grad():
+        y = teacher.call(x)[teacher.conditions[0]]
+    return soft_targets(y) if loss == "soft_ce" else y
+
+
+def _flat_grads(grads: dict[str, Tensor], seeds: int) -> Tensor:
+    return torch.cat([g.reshape(seeds, -1) for g in grads.values()], dim=1)
+
+
+def train_students(
+    settings: ModelSettings,
+    activation: str,
+    conditions: dict[str, str],
+    seeds: Sequence[int],
+    *,
+    progress: Callable[..., Any] = lambda it, **_: it,
+    angle_steps: Sequence[int] = (),
+    checkpoint_seed_index: int | None = None,
+    curvature_seeds: int = 0,
+    curvature_points: int = 0,
+    curvature_fn: Callable[..., dict[str, float]] | None = None,
+    on_start: Callable[[Ensemble, Ensemble, Tensor, Tensor], None] | None = None,
+) -> StudentRun:
+    """Train every condition's students for all seeds as one ensemble; see :class:`StudentRun`.
+
+    ``angle_steps`` (1-based update indices) record the angle between the first two
+    conditions' gradients. ``checkpoint_seed_index`` keeps that seed's flat parameters at
+    every logged step (trajectories). ``curvature_fn(model, batch) -> {kind: value}`` runs on
+    the first ``curvature_seeds`` seeds at ``curvature_points`` logged steps. ``on_start``
+    sees ``(teachers, students, x_eval, y_eval)`` before the first update (landscapes).
+    """
+    seeds = list(seeds)
+    n = len(seeds)
+    names = list(conditions)
+    dtype = DTYPES[settings.dtype]
+    teachers, students = build_models(settings, activation, conditions, seeds)
+    teacher = Ensemble({"teacher": teachers})
+    ens = Ensemble(students)
+    loss_fn = loss_function(settings.loss)
+    hyper = {"lr": settings.lr}
+    trainer = EnsembleTrainer(ens, loss_fn, make_optimizer(settings.optimizer, **hyper))
+
+    x_eval = gaussian_inputs(seeds, settings.eval_size, settings.d, "eval", dtype)
+    y_eval = targets_from_teacher(teacher, x_eval, settings.loss)
+    if on_start is not None:
+        on_start(teacher, ens, x_eval, y_eval)
+
+    early = max(1, round(0.05 * settings.steps))
+    steps = log_steps(settings.steps, settings.log_points, also=[early])
+    curv_steps: set[int] = set()
+    if curvature_seeds and curvature_points:
+        idx = np.unique(np.round(np.geomspace(1, len(steps), curvature_points)).astype(int) - 1)
+        curv_steps = {steps[i] for i in idx} | {steps[-1]}
+    T, L = len(steps), settings.L
+    eval_loss = {c: np.full((n, T), np.nan) for c in names}
+    hidden = {c: np.full((n, T, L), np.nan) for c in names}
+    post = {c: np.full((n, T, L), np.nan) for c in names}
+    train_loss = {c: np.full((n, settings.steps), np.nan) for c in names}
+    run = StudentRun(names, seeds, steps, eval_loss, hidden, post, train_loss, {})
+    if checkpoint_seed_index is not None:
+        run.checkpoints = {c: [] for c in names}
+
+    def log(ti: int, step: int) -> None:
+        with torch.no_grad():
+            for c in names:
+                out, stats = ens.call(x_eval, conditions=[c], return_stats=True)[c]
+                eval_loss[c][:, ti] = torch.vmap(loss_fn)(out, y_eval).double().numpy()
+                hidden[c][:, ti] = stats["hidden_mean"].double().numpy()
+                post[c][:, ti] = stats["post_act_mean"].double().numpy()
+                if checkpoint_seed_index is not None:
+                    run.checkpoints[c].append(ens.flat_params(c)[checkpoint_seed_index].clone())
+        if step in curv_steps and curvature_fn is not None:
+            for c in names:
+                for si in range(min(curvature_seeds, n)):
+                    batch = (x_eval[si], y_eval[si])
+                    for kind, value in curvature_fn(ens.member(c, si), batch).items():
+                        run.curvature.append((c, seeds[si], step, kind, value))
+
+    angle_set = {int(k) for k in angle_steps}
+    stream = GaussianStream(seeds, settings.batch_size, settings.d, dtype)
+    ti = 0
+    for step in progress(range(settings.steps + 1), desc=activation, leave=False):
+        if ti < T and steps[ti] == step:
+            log(ti, step)
+            ti += 1
+        if step == settings.steps:
+            break
+        x = next(stream)
+        y = targets_from_teacher(teacher, x, settings.loss)
+        want_grads = (step + 1) in angle_set and len(names) >= 2
+        out = trainer.step(x, y, return_grads=want_grads)
+        for c in names:
+            train_loss[c][:, step] = out.losses[c].double().numpy()
+        if want_grads:
+            g0 = _flat_grads(out.grads[names[0]], n).double()
+            g1 = _flat_grads(out.grads[names[1]], n).double()
+            cos = (g0 * g1).sum(1) / (g0.norm(dim=1) * g1.norm(dim=1))
+            run.grad_angles[step + 1] = torch.rad2deg(torch.arccos(cos.clamp(-1, 1))).numpy()
+    run.diverged = {c: trainer.diverged[i].numpy().copy() for i, c in enumerate(names)}
+    for c in names:  # a diverged member's curves end where its training loss stopped being finite
+        for si in np.flatnonzero(run.diverged[c]):
+            bad = np.flatnonzero(~np.isfinite(train_loss[c][si]))
+            after = np.asarray(steps) > (bad[0] if bad.size else -1)
+            for array in (eval_loss[c], hidden[c], post[c]):
+                array[si, after] = np.nan
+    run.extras["ensemble"] = ens
+    return run
+
+
+def curvature_top(
+    loss: str, tol: float = 1e-3, max_iter: int = 40
+) -> Callable[[torch.nn.Module, tuple[Tensor, Tensor]], dict[str, float]]:
+    """A ``curvature_fn`` for :func:`train_students`: top Gauss-Newton and Hessian eigenvalues."""
+    from actlab.curvature import GaussNewtonOperator, HessianOperator, top_eigenvalues
+
+    loss_fn: Any = "mse" if loss == "mse" else loss_function(loss)
+
+    def measure(model: torch.nn.Module, batch: tuple[Tensor, Tensor]) -> dict[str, float]:
+        out = {}
+        for kind, op_cls in (("lambda_max_gn", GaussNewtonOperator),
+                             ("lambda_max_hessian", HessianOperator)):
+            op = op_cls(model, loss_fn, [batch])
+            values, _, _ = top_eigenvalues(
+                op, k=1, method="lanczos", tol=tol, max_iter=max_iter,
+                generator=torch.Generator().manual_seed(0),
+            )
+            out[kind] = float(values[0])
+        return out
+
+    return measure
+
+
+# --------------------------------------------------------------------------- summaries
+def final_values(table: Any, run: str, metric: str = "eval_loss") -> Any:
+    """Per-seed value of ``metric`` at the last logged step of ``run`` (a pandas Series)."""
+    rows = table[(table.run == run) & (table.metric == metric) & (table.layer == "")]
+    if rows.empty:
+        return rows.value
+    last = rows.step.max()
+    return rows[rows.step == last].set_index("seed").value.sort_index()
+
+
+def curves(table: Any, run: str, metric: str = "eval_loss", layer: str = "") -> Any:
+    """A ``steps x seeds`` pivot of ``metric`` for ``run`` (and ``layer``)."""
+    rows = table[(table.run == run) & (table.metric == metric) & (table.layer == layer)]
+    return rows.pivot_table(index="step", columns="seed", values="value", aggfunc="first")
+
+
+def value_at(curve: Any, step: float) -> Any:
+    """Row of a steps x seeds pivot at the logged step nearest ``step``."""
+    index = np.asarray(curve.index)
+    return curve.iloc[int(np.argmin(np.abs(index - step)))]
+
+
+def crossover_steps(unshifted: Any, shifted: Any) -> list[float]:
+    """Per seed: the first logged step from which the shifted loss stays below the unshifted.
+
+    ``nan`` for a seed whose shifted student does not end lower.
+    """
+    out = []
+    for seed in unshifted.columns:
+        below = (shifted[seed] < unshifted[seed]).to_numpy()
+        if not below[-1]:
+            out.append(math.nan)
+            continue
+        above = np.flatnonzero(~below)
+        first = 0 if above.size == 0 else above[-1] + 1
+        out.append(float(unshifted.index[first]))
+    return out
+
+
+def overshoot(trajectory: Any) -> Any:
+    """Peak deviation of each seed's trajectory (steps x seeds) from its final value."""
+    return (trajectory - trajectory.iloc[-1]).abs().max()
+
+
+def finite_mean(values: Any) -> float | None:
+    """Mean of the finite entries (``None`` if there are none), as a JSON-friendly float."""
+    arr = np.asarray(values, dtype=float)
+    arr = arr[np.isfinite(arr)]
+    return float(arr.mean()) if arr.size else None
+
+
+def finite_median(values: Any) -> float | None:
+    """Median of the finite entries (``None`` if there are none)."""
+    arr = np.asarray(values, dtype=float)
+    arr = arr[np.isfinite(arr)]
+    return float(np.median(arr)) if arr.size else None
+
+
+def describe_scale(settings: ModelSettings, seeds: int) -> str:
+    """One line saying what scale ran, for summaries."""
+    return (
+        f"(d, m, L) = ({settings.d}, {settings.m}, {settings.L}), {settings.norm}-norm, "
+        f"{settings.optimizer} lr {settings.lr}, batch {settings.batch_size}, "
+        f"{settings.steps} steps, {seeds} seeds, loss {settings.loss}"
+    )
+
+
+# --------------------------------------------------------------------------- figures
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+COLORS = {"unshifted": "tab:blue", "shifted": "tab:red"}
+
+
+def plot_pair_curves(ax, table: Any, prefix: str, metric: str = "eval_loss", layer: str = "",
+                     log: bool = True) -> None:
+    """Thin per-seed and thick mean curves of both students on one axis."""
+    for cond, color in COLORS.items():
+        curve = curves(table, f"{prefix}/{cond}", metric, layer)
+        if curve.empty:
+            continue
+        x = np.maximum(np.asarray(curve.index, dtype=float), 1) if log else curve.index
+        ax.plot(x, curve.to_numpy(), color=color, alpha=0.2, lw=0.7)
+        ax.plot(x, curve.mean(axis=1).to_numpy(), color=color, lw=2, label=cond)
+    if log:
+        ax.set_xscale("log")
+        if metric == "eval_loss":
+            ax.set_yscale("log")
+    ax.set_xlabel("step")
+
+
+def teacher_student_figures(config: Any, table: Any, data: dict[str, Any],
+                            activations: list[str], ctx: Any) -> None:
+    """Figs. 2, 3, 4, 8, 15 of the seed from the tidy table and the units' data."""
+    plt = _pyplot()
+    n = len(activations)
+    last = f"block{config.L - 1}"
+
+    fig, axes = plt.subplots(2, n, figsize=(4 * n, 6.5), squeeze=False)
+    for j, act in enumerate(activations):
+        plot_pair_curves(axes[0, j], table, act)
+        axes[0, j].set_title(act)
+        axes[0, j].set_ylabel("eval loss")
+        plot_pair_curves(axes[1, j], table, act, "hidden_mean", last, log=False)
+        axes[1, j].set_xscale("symlog", linthresh=10)
+        axes[1, j].set_ylabel(f"hidden-state mean ({last})")
+    axes[0, 0].legend()
+    fig.suptitle("Fig. 2: loss (top) and final hidden-state mean (bottom)")
+    ctx.save_figure(fig, "fig2_loss_and_hidden_mean")
+
+    for act in activations:
+        fig, axes = plt.subplots(1, 2, figsize=(10, 4), sharey=True)
+        cmap = plt.get_cmap("viridis")
+        for ax, cond in zip(axes, COLORS):
+            for layer in range(config.L):
+                curve = curves(table, f"{act}/{cond}", "hidden_mean", f"block{layer}")
+                if not curve.empty:
+                    ax.plot(curve.index, curve.mean(axis=1), color=cmap(layer / max(1, config.L - 1)))
+            ax.set_xscale("symlog", linthresh=10)
+            ax.set_title(f"{act}, {cond}")
+            ax.set_xlabel("step")
+        axes[0].set_ylabel("hidden-state mean (colour: block)")
+        fig.suptitle("Fig. 15: hidden-state mean of every block (mean over seeds)")
+        ctx.save_figure(fig, f"fig15_all_blocks_{act}")
+
+    fig, axes = plt.subplots(1, n, figsize=(4 * n, 3.5), squeeze=False)
+    for j, act in enumerate(activations):
+        for cond, color in COLORS.items():
+            rows = table[(table.run == f"{act}/{cond}") & (table.metric == "post_act_mean")]
+            mean = rows.groupby("step").value.mean()
+            axes[0, j].plot(mean.index, mean.to_numpy(), color=color, label=cond)
+        axes[0, j].axhline(0, color="k", lw=0.5)
+        axes[0, j].set_xscale("symlog", linthresh=10)
+        axes[0, j].set_title(act)
+        axes[0, j].set_xlabel("step")
+    axes[0, 0].set_ylabel("post-activation mean (all blocks, seeds)")
+    axes[0, 0].legend()
+    fig.suptitle("Fig. 8: post-activation means over training")
+    ctx.save_figure(fig, "fig8_post_activation_means")
+
+    fig, axes = plt.subplots(1, n, figsize=(4 * n, 3.5), squeeze=False)
+    for j, act in enumerate(activations):
+        for cond, color in COLORS.items():
+            for kind, style in (("lambda_max_hessian", "-"), ("lambda_max_gn", "--")):
+                rows = table[(table.run == f"{act}/{cond}") & (table.metric == kind)]
+                if rows.empty:
+                    continue
+                mean = rows.groupby("step").value.mean()
+                label = f"{cond} {'H' if kind.endswith('hessian') else 'GN'}"
+                axes[0, j].plot(np.maximum(mean.index, 1), mean.to_numpy(), style, color=color,
+                                label=label)
+        axes[0, j].set_xscale("log")
+        axes[0, j].set_yscale("log")
+        axes[0, j].set_title(act)
+        axes[0, j].set_xlabel("step")
+    axes[0, 0].set_ylabel("top eigenvalue")
+    axes[0, 0].legend(fontsize=7)
+    fig.suptitle("Fig. 4: sharpness over training (Hessian solid, Gauss-Newton dashed)")
+    ctx.save_figure(fig, "fig4_sharpness")
+
+    for act in activations:
+        planes = data.get(act, {}).get("landscape")
+        if not planes:
+            continue
+        views = [v for v in ("unshifted", "shifted", "shifted_offplane") if v in planes]
+        fig, axes = plt.subplots(1, len(views), figsize=(5 * len(views), 4.2), squeeze=False)
+        for ax, view in zip(axes[0], views):
+            plane = planes[view]
+            z = np.log10(np.maximum(np.asarray(plane["loss"]), 1e-12))
+            cs = ax.contourf(plane["alphas"], plane["betas"], z, levels=30, cmap="coolwarm")
+            fig.colorbar(cs, ax=ax, label="log10 loss")
+            for cond, traj in plane["trajectories"].items():
+                t = np.asarray(traj)
+                ax.plot(t[:, 0], t[:, 1], ".-", color=COLORS[cond], ms=2, label=cond)
+            axes_names = ("n1", "n2") if view == "shifted_offplane" else ("e1", "e2")
+            ax.set_xlabel(axes_names[0])
+            ax.set_ylabel(axes_names[1])
+            ax.set_title(f"{act}: {view.replace('_', ' ')} student loss")
+            ax.legend(fontsize=7)
+        fig.suptitle("Fig. 3: initial-gradient plane (left, centre) and off-plane plane (right)")
+        ctx.save_figure(fig, f"fig3_landscape_{act}")
