@@ -107,7 +107,7 @@ def test_eval_mode_does_not_update_state() -> None:
 
 
 @pytest.mark.parametrize("spec", ["relu:shift=0.3", "gelu:adaptive", "silu:adaptive",
-                                  "silu:shift=0.1", "leaky_relu:shift=0.1", "gelu:tanh:shift=0.2", "sugar",
+                                  "silu:shift=0.1", "leaky_relu:shift=0.1", "mish:adaptive", "gelu:tanh:shift=0.2", "sugar",
                                   "relu:adaptive:topk=0.5"])
 def test_second_derivatives_work(spec: str) -> None:
     """Hessian-vector products need double backward through the custom autograd nodes."""

@@ -129,7 +129,8 @@ GRADCHECK_SPECS = [
     "relu", "leaky_relu", "prelu", "elu", "selu", "gelu", "gelu:tanh", "silu", "silu:learnable",
     "sigmoid", "tanh", "softplus", "mish", "relu2", "gelu2", "identity",
     "relu:shift=theory", "gelu:shift=0.1", "tanh:shift=0.2", "sigmoid:clip=0.7",
-    "relu2:clip=2", "gelu:adaptive", "silu:adaptive:momentum=0.5", "gelu:topk=0.3",
+    "relu2:clip=2", "gelu:adaptive", "mish:adaptive", "elu:shift=0.2", "sigmoid:adaptive",
+    "silu:adaptive:momentum=0.5", "gelu:topk=0.3",
     "relu:clip=1:shift=0.2:adaptive:topk=0.5",
 ]
 
