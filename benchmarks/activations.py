@@ -7,6 +7,10 @@ interleaved so that load from other processes hits both alike. Reports median ra
 
 Goals: fixed shift <= 1.10x, adaptive <= 1.5x.
 
+Runs on one thread by default: these elementwise kernels are memory-bound, and on a machine
+whose cores are shared with other work, multi-threaded timings mostly measure threads
+waiting for each other. ``--threads 0`` uses torch's default instead.
+
 Usage: python benchmarks/activations.py [--repeats 30] [--threads N]
 The last line printed is one JSON object of the ratios.
 """
@@ -63,7 +67,7 @@ def main() -> None:
     """Run the benchmark and print the ratios, the last line as JSON."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=30)
-    parser.add_argument("--threads", type=int, default=0, help="torch threads (0: default)")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (0: torch default)")
     parser.add_argument("--rows", type=int, default=4096)
     parser.add_argument("--cols", type=int, default=1024)
     args = parser.parse_args()
