@@ -1,0 +1,64 @@
+"""The ``gallery`` experiment runs at --quick scale, writes its figures and reproduces published values."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from actlab.errors import ConfigError
+from actlab.experiments.gallery import GalleryConfig, gallery_claims
+from actlab.runner.driver import RunOptions, run_experiment
+
+
+@pytest.fixture(scope="module")
+def quick_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("runs")
+    outcome = run_experiment("gallery", "quick", options=RunOptions(out=out, progress=False))
+    return outcome
+
+
+def test_quick_run_writes_figures_summary_and_claims(quick_run):
+    assert quick_run.ok, quick_run.failure_lines()
+    figures = {p.name for p in (quick_run.path / "figures").glob("*.png")}
+    assert figures == {"activations.png", "gaussian_averages.png", "shifts_and_gains.png",
+                       "variance_recursion.png"}
+    summary = json.loads((quick_run.path / "summary.json").read_text())
+    assert set(summary) == {"averages", "shifts", "gains", "recursion"}
+    claims = json.loads((quick_run.path / "claims.json").read_text())
+    by_source = {c["claim"].split(":")[0]: c for c in claims}
+    assert len(claims) == 7 and len(by_source) == 7
+
+
+def test_published_values_are_reproduced(quick_run):
+    summary = quick_run.summary
+    assert all(v["matches"] for v in summary["averages"].values() if "published" in v)
+    assert sum("published" in v for v in summary["averages"].values()) == 8
+    assert all(v["matches"] for v in summary["shifts"].values())
+    assert summary["gains"]["relu"]["equal"] and not summary["gains"]["tanh"]["equal"]
+    held = [c.held for c in gallery_claims(summary)]
+    assert held[:3] == [True, True, True]
+
+
+def test_claims_fail_when_the_numbers_are_wrong(quick_run):
+    summary = json.loads(json.dumps(quick_run.summary))
+    summary["averages"]["gelu"]["matches"] = False
+    summary["shifts"]["relu"]["matches"] = False
+    summary["recursion"]["ReLU, He"]["measured_error_variance"][3] *= 10
+    held = [c.held for c in gallery_claims(summary)]
+    assert held[0] is False and held[1] is False and held[3] is False
+
+
+def test_recursion_section_has_every_layer(quick_run):
+    recursion = quick_run.summary["recursion"]
+    assert set(recursion) == {"sigmoid, Xavier", "ReLU, He", "ReLU, Xavier", "ReLU, 1.5 x He"}
+    for entry in recursion.values():
+        assert len(entry["measured_net_input_variance"]) == 21  # 20 hidden + linear output
+        assert len(entry["predicted_weight_gradient_norm"]) == 21
+
+
+def test_bad_config_names_the_field():
+    with pytest.raises(ConfigError, match="width"):
+        GalleryConfig(width=0)
+    with pytest.raises(ConfigError, match="q_shift"):
+        GalleryConfig(q_shift=-1.0)
