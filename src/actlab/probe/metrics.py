@@ -37,6 +37,8 @@ Block
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import torch
 
@@ -59,7 +61,40 @@ def _stat_dtype(t: torch.Tensor) -> torch.Tensor:
     return t.float() if t.dtype in _LOW_PRECISION or not t.is_floating_point() else t
 
 
-# ----------------------------------------------------------------------------- forward
+# Counting with comparisons (``(p < 0).sum()``) and ``torch.var_mean`` are slow CPU paths
+# (bool intermediates, Welford loops: 10-100x a plain sum). The helpers below count and
+# take moments with float ops only (dot, clamp, sign, sum), which vectorise, need at most one
+# scratch tensor, and count exactly: ``sign(clamp(p, max=0))`` is -1 exactly where p < 0.
+def _mean_var(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Mean and population variance as ``E[x^2] - E[x]^2`` (one dot product, no scratch).
+
+    Accumulated in the tensor's dtype; the relative error of the variance is about
+    ``machine eps * (1 + mean^2 / var)``, negligible unless ``|mean| >> std``.
+    """
+    flat = t.reshape(-1)
+    n = max(flat.numel(), 1)
+    mean = flat.sum() / n
+    return mean, ((flat @ flat) / n - mean * mean).clamp(min=0)
+
+
+def _count_negative(t: torch.Tensor) -> torch.Tensor:
+    """Number of elements < 0 (as a float tensor)."""
+    return -t.clamp(max=0).sign_().sum()
+
+
+def _count_above(t: torch.Tensor, threshold: float, *, scratch: bool = False) -> torch.Tensor:
+    """Number of elements > ``threshold``; ``scratch=True`` lets it overwrite ``t``."""
+    shifted = t.sub_(threshold) if scratch else t - threshold
+    return shifted.relu_().sign_().sum()
+
+
+@functools.lru_cache(maxsize=64)
+def _float_below(value: float, dtype: torch.dtype) -> float:
+    """The largest ``dtype`` number below ``value``."""
+    v = torch.tensor(value, dtype=dtype)
+    return float(torch.nextafter(v, torch.zeros((), dtype=dtype)))
+
+
 def forward_raw(p: torch.Tensor, a: torch.Tensor, eps: float,
                 bounds: tuple[float, float] | None, tol: float) -> torch.Tensor:
     """Device-side moments of one forward pass through a site.
@@ -68,20 +103,23 @@ def forward_raw(p: torch.Tensor, a: torch.Tensor, eps: float,
     (``sat_a`` is 0 for unbounded sites).
     """
     p = _stat_dtype(p.detach())
-    a = _stat_dtype(a.detach())
-    var_p, mean_p = torch.var_mean(p, correction=0)
-    var_a, mean_a = torch.var_mean(a, correction=0)
-    neg = torch.count_nonzero(p < 0).to(p.dtype) / max(p.numel(), 1)
-    sparse = torch.count_nonzero(a.abs() < eps).to(a.dtype) / max(a.numel(), 1)
+    a = _stat_dtype(a.detach()).to(p.dtype)
+    n_p, n_a = max(p.numel(), 1), max(a.numel(), 1)
+    mean_p, var_p = _mean_var(p)
+    mean_a, var_a = _mean_var(a)
+    neg = _count_negative(p) / n_p
+    abs_a = a.abs()
+    # |a| < eps  <=>  not |a| > eps', with eps' the float just below eps
+    sparse = 1.0 - _count_above(abs_a, _float_below(eps, a.dtype)) / n_a
     a_min, a_max = torch.aminmax(a)
     if bounds is None:
         sat = torch.zeros((), dtype=a.dtype, device=a.device)
     else:
+        # a < low + tol  or  a > high - tol   <=>   |a - centre| > half_width - tol
         low, high = bounds
-        sat = torch.count_nonzero((a < low + tol) | (a > high - tol)).to(a.dtype) / max(a.numel(), 1)
-    parts = [mean_p, var_p, neg.to(p.dtype)]
-    parts = [x.to(a.dtype) for x in parts] + [mean_a, var_a, sparse, a_max, a_min, sat]
-    return torch.stack(parts)
+        centre, half = (low + high) / 2, (high - low) / 2
+        sat = _count_above((a - centre).abs_(), half - tol, scratch=True) / n_a
+    return torch.stack([mean_p, var_p, neg, mean_a, var_a, sparse, a_max, a_min, sat])
 
 
 def _pooled_mean_var(means: np.ndarray, variances: np.ndarray, n: np.ndarray) -> tuple[float, float]:
@@ -161,21 +199,29 @@ def combine_backward(raw: np.ndarray, numel: np.ndarray, rows: np.ndarray,
 
 
 # ----------------------------------------------------------------------------- weights
-def weight_raw(w: torch.Tensor, w0: torch.Tensor, w_prev: torch.Tensor,
-               std0: torch.Tensor) -> torch.Tensor:
+def weight_raw_(w: torch.Tensor, w0: torch.Tensor, w_prev: torch.Tensor,
+                std0: torch.Tensor) -> torch.Tensor:
     """Device-side ``[weight_mean, weight_std, weight_neg_frac, drift_z, dist_from_init,
-    update_norm]`` of one weight against its initial and previously recorded values."""
-    w = _stat_dtype(w.detach())
-    std, mean = torch.var_mean(w, correction=0)
-    diff0 = w - w0
-    neg = torch.count_nonzero(w < 0).to(w.dtype) / max(w.numel(), 1)
-    return torch.stack([
-        mean, std.sqrt(), neg, diff0.abs().mean() / std0,
-        torch.linalg.vector_norm(diff0), torch.linalg.vector_norm(w - w_prev),
-    ])
+    update_norm]`` of one weight against its initial and previously recorded values.
+
+    ``w0`` and ``w_prev`` are contiguous snapshots in the statistics dtype; ``w_prev`` doubles
+    as the scratch tensor (no allocation) and holds ``w`` on return.
+    """
+    flat = _stat_dtype(w.detach()).reshape(-1)
+    n = max(flat.numel(), 1)
+    mean, var = _mean_var(flat)
+    prev = w_prev.view(-1)
+    prev.sub_(flat)
+    update = (prev @ prev).sqrt()
+    neg = -prev.copy_(flat).clamp_(max=0).sign_().sum() / n
+    prev.copy_(w0.view(-1)).sub_(flat)
+    dist = (prev @ prev).sqrt()
+    drift = prev.abs_().sum() / n / std0
+    prev.copy_(flat)
+    return torch.stack([mean, var.sqrt(), neg, drift, dist, update])
 
 
 def grad_raw(grad: torch.Tensor) -> torch.Tensor:
     """Device-side ``[grad_norm, grad_mean]`` of an accumulated weight gradient."""
-    grad = _stat_dtype(grad.detach())
-    return torch.stack([torch.linalg.vector_norm(grad), grad.mean()])
+    flat = _stat_dtype(grad.detach()).reshape(-1)
+    return torch.stack([(flat @ flat).sqrt(), flat.sum() / max(flat.numel(), 1)])

@@ -221,8 +221,8 @@ class Probe:
             if id(param) in seen or not isinstance(param, torch.Tensor):
                 continue  # tied weights are tracked once
             seen.add(id(param))
-            w0 = param.detach().clone()
-            std0 = M._stat_dtype(w0).std(correction=0)
+            w0 = M._stat_dtype(param.detach()).clone().contiguous()
+            std0 = w0.std(correction=0)
             out.append(_Weight(name, param, w0, w0.clone(), std0))
         return out
 
@@ -344,8 +344,7 @@ class Probe:
             return
         with torch.no_grad():
             for weight in self.weights:
-                raw = M.weight_raw(weight.param, weight.w0, weight.w_prev, weight.std0)
-                weight.w_prev.copy_(weight.param)
+                raw = M.weight_raw_(weight.param, weight.w0, weight.w_prev, weight.std0)
                 self._records.append(("weight", step, weight.name, raw))
 
     def _close_step(self, step: int) -> None:

@@ -1,0 +1,214 @@
+"""Probe overhead: training-step time with ``actlab.Probe`` divided by the time without it.
+
+Two models, both trained with Adam on random data: a 12-block residual MLP
+(``x + W2 act(W1 LN(x))``) and a small GPT-style decoder (pre-LN attention + GELU MLP).
+Three conditions share one initialisation and the same batches: no probe, the probe with its
+default metrics recording every 10 steps, and every step. The conditions are timed in
+interleaved rounds of 10 steps (so each "every 10" round holds exactly one recorded step),
+and the figure is the median round time of a condition over the median without the probe.
+
+Goals (issue 3): <= 1.05x recording every 10 steps, <= 1.25x recording every step.
+Timings on a shared machine are noisy; the interleaving keeps the ratios fair.
+
+    python benchmarks/probe_overhead.py [--rounds 15] [--threads 1] [--device cpu] [--quick]
+
+The last line printed is a JSON object of the ratios.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import math
+import statistics
+import time
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import actlab
+
+
+class ResidualBlock(nn.Module):
+    """Pre-LN residual MLP block."""
+
+    def __init__(self, d: int, hidden: int) -> None:
+        super().__init__()
+        self.norm = nn.LayerNorm(d)
+        self.fc1 = nn.Linear(d, hidden)
+        self.act = nn.GELU()
+        self.fc2 = nn.Linear(hidden, d)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.fc2(self.act(self.fc1(self.norm(x))))
+
+
+class ResidualMLP(nn.Module):
+    """12 residual MLP blocks between a linear input and output layer."""
+
+    def __init__(self, d_in: int = 64, d: int = 256, hidden: int = 1024, depth: int = 12,
+                 d_out: int = 10) -> None:
+        super().__init__()
+        self.inp = nn.Linear(d_in, d)
+        self.blocks = nn.ModuleList(ResidualBlock(d, hidden) for _ in range(depth))
+        self.out = nn.Linear(d, d_out)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.inp(x)
+        for block in self.blocks:
+            h = block(h)
+        return self.out(h)
+
+
+class GPTBlock(nn.Module):
+    """Pre-LN causal self-attention + GELU MLP, nanoGPT style."""
+
+    def __init__(self, d: int, heads: int) -> None:
+        super().__init__()
+        self.heads = heads
+        self.ln1 = nn.LayerNorm(d)
+        self.qkv = nn.Linear(d, 3 * d)
+        self.proj = nn.Linear(d, d)
+        self.ln2 = nn.LayerNorm(d)
+        self.up = nn.Linear(d, 4 * d)
+        self.act = nn.GELU()
+        self.down = nn.Linear(4 * d, d)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, d = x.shape
+        q, k, v = self.qkv(self.ln1(x)).split(d, dim=-1)
+        q, k, v = (z.view(b, t, self.heads, d // self.heads).transpose(1, 2) for z in (q, k, v))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.proj(y.transpose(1, 2).reshape(b, t, d))
+        return x + self.down(self.act(self.up(self.ln2(x))))
+
+
+class GPT(nn.Module):
+    """A small GPT: token + position embeddings, blocks, final LN, tied head."""
+
+    def __init__(self, vocab: int = 512, ctx: int = 64, d: int = 256, heads: int = 4,
+                 layers: int = 4) -> None:
+        super().__init__()
+        self.tok = nn.Embedding(vocab, d)
+        self.pos = nn.Embedding(ctx, d)
+        self.blocks = nn.ModuleList(GPTBlock(d, heads) for _ in range(layers))
+        self.ln = nn.LayerNorm(d)
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        pos = torch.arange(idx.shape[1], device=idx.device)
+        h = self.tok(idx) + self.pos(pos)
+        for block in self.blocks:
+            h = block(h)
+        return self.ln(h) @ self.tok.weight.T
+
+
+def make_task(name: str, device: torch.device, quick: bool) -> tuple[nn.Module, Callable]:
+    """Model and a ``batch(step) -> loss_fn`` closure with fixed, seeded batches."""
+    torch.manual_seed(0)
+    gen = torch.Generator(device="cpu").manual_seed(1)
+    if name == "resmlp":
+        model = ResidualMLP(hidden=512 if quick else 1024)
+        batch = 128 if quick else 256
+        xs = torch.randn(8, batch, 64, generator=gen).to(device)
+        ys = torch.randint(0, 10, (8, batch), generator=gen).to(device)
+
+        def loss(m: nn.Module, step: int) -> torch.Tensor:
+            return F.cross_entropy(m(xs[step % 8]), ys[step % 8])
+    else:
+        model = GPT(layers=2 if quick else 4)
+        seqs = torch.randint(0, 512, (8, 8 if quick else 16, 65), generator=gen).to(device)
+
+        def loss(m: nn.Module, step: int) -> torch.Tensor:
+            s = seqs[step % 8]
+            logits = m(s[:, :-1])
+            return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), s[:, 1:].reshape(-1))
+    return model.to(device), loss
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def measure(name: str, device: torch.device, rounds: int, quick: bool) -> dict[str, float]:
+    """Median 10-step round time for each condition and the ratios to the plain run."""
+    base, loss_fn = make_task(name, device, quick)
+    conditions: dict[str, tuple[nn.Module, torch.optim.Optimizer, actlab.Probe | None]] = {}
+    for cond, every in (("plain", None), ("every10", 10), ("every1", 1)):
+        model = copy.deepcopy(base)
+        opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+        probe = None
+        if every is not None:
+            blocks = list(model.blocks)
+            probe = actlab.Probe(model, every=every, blocks=blocks)
+        conditions[cond] = (model, opt, probe)
+    steps = {cond: 0 for cond in conditions}
+
+    def run(cond: str, n: int) -> float:
+        model, opt, probe = conditions[cond]
+        sync(device)
+        start = time.perf_counter()
+        for _ in range(n):
+            loss_fn(model, steps[cond]).backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            if probe is not None:
+                probe.step()
+            steps[cond] += 1
+        sync(device)
+        return time.perf_counter() - start
+
+    for cond in conditions:  # warm-up: allocator, kernels, first recorded step
+        run(cond, 10)
+    times: dict[str, list[float]] = {cond: [] for cond in conditions}
+    for r in range(rounds):
+        order = list(conditions) if r % 2 == 0 else list(reversed(conditions))
+        for cond in order:
+            times[cond].append(run(cond, 10))
+    # reading the table (the only host transfer) is part of the probe's cost: report it
+    rows = {}
+    for cond, (_, _, probe) in conditions.items():
+        if probe is not None:
+            start = time.perf_counter()
+            rows[cond] = len(probe.table())
+            times[cond + "_read_s"] = [time.perf_counter() - start]
+            probe.close()
+    plain = statistics.median(times["plain"])
+    out = {
+        "plain_step_ms": 1000 * plain / 10,
+        "every10_over_plain": statistics.median(times["every10"]) / plain,
+        "every1_over_plain": statistics.median(times["every1"]) / plain,
+        "rows_every1": rows["every1"],
+        "table_read_s_every1": times["every1_read_s"][0],
+    }
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--quick", action="store_true", help="smaller models, 5 rounds")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    device = torch.device(args.device)
+    rounds = 5 if args.quick else args.rounds
+    figures: dict[str, float] = {}
+    for name in ("resmlp", "gpt"):
+        res = measure(name, device, rounds, args.quick)
+        print(f"{name:7s} plain step {res['plain_step_ms']:7.2f} ms | probe every 10 steps: "
+              f"{res['every10_over_plain']:.3f}x (goal <= 1.05) | every step: "
+              f"{res['every1_over_plain']:.3f}x (goal <= 1.25) | reading {res['rows_every1']} "
+              f"rows took {res['table_read_s_every1']:.2f} s")
+        figures[f"{name}_every10_over_plain"] = round(res["every10_over_plain"], 4)
+        figures[f"{name}_every1_over_plain"] = round(res["every1_over_plain"], 4)
+    assert all(math.isfinite(v) for v in figures.values())
+    print(json.dumps(figures))
+
+
+if __name__ == "__main__":
+    main()
