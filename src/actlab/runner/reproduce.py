@@ -74,6 +74,9 @@ def reproduce(scale: str, only: list[str] | None, options: RunOptions, echo=prin
             ]
             if not outcome.ok:
                 entry["status"] = "failed"
+            held = [c.get("held") for c in outcome.claims]
+            echo(f"   {outcome.path}: {outcome.n_units} units, {len(outcome.failed)} failed, "
+                 f"{len(outcome.diverged)} diverged; claims held {held.count(True)}/{len(held)}")
         except Exception as exc:  # noqa: BLE001 - one experiment failing must not stop the rest
             entry["status"] = "failed"
             entry["problems"] = [error_headline("".join(traceback.format_exception(exc)))]
