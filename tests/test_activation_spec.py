@@ -124,6 +124,17 @@ def test_bounded() -> None:
     assert is_bounded("sigmoid") and is_bounded("tanh:shift=0.1")
     assert not is_bounded("relu") and not is_bounded("gelu")
     assert actlab.activation("tanh").bounded and not actlab.activation("silu").bounded
+    assert actlab.activation("sigmoid").bounds == (0.0, 1.0)
+    assert actlab.activation("tanh:clip=0.5:shift=0.25").bounds == (-1.25, 0.25)
+    assert actlab.activation("sigmoid:shift=theory:topk=0.5").bounds == pytest.approx((-0.5, 0.5))
+    assert actlab.activation("sigmoid:adaptive").bounds is None
+    assert actlab.activation("relu").bounds is None
+    x = torch.linspace(-30, 30, 301)
+    for spec in ("tanh:clip=0.5:shift=0.25", "sigmoid:shift=0.7:topk=0.3"):
+        module = actlab.activation(spec)
+        low, high = module.bounds
+        y = module(x.reshape(1, -1))
+        assert float(y.min()) >= low - 1e-6 and float(y.max()) <= high + 1e-6
 
 
 @pytest.fixture

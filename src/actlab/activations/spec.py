@@ -83,6 +83,7 @@ class ActivationDef:
     flags: tuple[str, ...] = ()
     module_flags: tuple[str, ...] = ()
     bounded: bool = False
+    bounds: tuple[float, float] | None = None
     fast: ElementFn | None = None
     inplace_ok: bool = False
     fast_inplace: ElementFn | None = None
@@ -181,9 +182,11 @@ def _builtins() -> None:
         fast=_fast_silu, inplace_ok=True, checks={"beta": _finite},
         check_text={"beta": "a finite number"}, builtin=True,
         description="x*sigmoid(beta*x) (alias swish); flag `learnable` makes beta a parameter"))
-    _add(ActivationDef("sigmoid", ew.sigmoid, ew.d_sigmoid, bounded=True, fast=torch.sigmoid,
+    _add(ActivationDef("sigmoid", ew.sigmoid, ew.d_sigmoid, bounded=True, bounds=(0.0, 1.0),
+                       fast=torch.sigmoid,
                        builtin=True, description="1/(1+exp(-x))"))
-    _add(ActivationDef("tanh", ew.tanh, ew.d_tanh, bounded=True, fast=torch.tanh,
+    _add(ActivationDef("tanh", ew.tanh, ew.d_tanh, bounded=True, bounds=(-1.0, 1.0),
+                       fast=torch.tanh,
                        builtin=True, description="tanh(x)"))
     _add(ActivationDef(
         "softplus", ew.softplus, ew.d_softplus, params={"beta": 1.0}, fast=_fast_softplus,
@@ -527,10 +530,27 @@ def _quadrature_mean(f: Callable[[Tensor], Tensor], q: float) -> float:
 
 
 # -------------------------------------------------------------------------------- module
+def _output_bounds(bounds: tuple[float, float] | None, clip: float | None, shift: float,
+                   adaptive: bool, topk: float | None) -> tuple[float, float] | None:
+    """Range of the module's outputs when the function's range is known (None otherwise)."""
+    if bounds is None or adaptive:
+        return None
+    low, high = bounds
+    if clip is not None:
+        high = min(high, clip)
+        low = min(low, clip)
+    low, high = low - shift, high - shift
+    if topk is not None:  # dropped entries are exactly 0
+        low, high = min(low, 0.0), max(high, 0.0)
+    return (low, high)
+
+
 class SpecActivation(Activation):
     """The module built from a spec: the function, then clip, shift, adaptive and topk.
 
-    Attributes: ``spec`` (canonical string), ``bounded``, ``clip``, ``shift`` (the
+    Attributes: ``spec`` (canonical string), ``bounded`` (a saturating function),
+    ``bounds`` (the output range ``(low, high)`` where known, else ``None``), ``clip``,
+    ``shift`` (the
     constant subtracted, with ``shift=theory`` resolved at construction), ``center``
     (an :class:`~actlab.activations.shift.AdaptiveCenter` or ``None``), ``topk``.
     """
@@ -553,6 +573,7 @@ class SpecActivation(Activation):
             AdaptiveCenter(parsed.options.get("momentum"), parsed.options.get("freeze_after"))
             if adaptive else None
         )
+        self.bounds = _output_bounds(defn.bounds, self.clip, self.shift, adaptive, self.topk)
         self.core: nn.Module | None = None
         if parsed.name == "silu" and "learnable" in parsed.flags:
             self.core = LearnableSiLUCore(params["beta"])
