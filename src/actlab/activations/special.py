@@ -89,11 +89,11 @@ class _SugarFunction(torch.autograd.Function):
         (x,) = ctx.saved_tensors
         if torch.is_grad_enabled():  # double backward: differentiable out-of-place form
             return grad_output * sugar_surrogate(x, ctx.alpha), None
-        # g σ + (x + α) g σ(1−σ), with two allocations instead of six
+        # g (σ + (x + α) σ (1 − σ)) with two allocations instead of six
         s = torch.sigmoid(x)
-        r = torch.ops.aten.sigmoid_backward(grad_output, s)  # g σ (1 − σ)
-        s.mul_(grad_output).addcmul_(r, x).add_(r, alpha=ctx.alpha)
-        return s, None
+        t = x + ctx.alpha
+        torch.ops.aten.sigmoid_backward.grad_input(t, s, grad_input=t)  # (x + α) σ (1 − σ)
+        return t.add_(s).mul_(grad_output), None
 
 
 class _ReLUSavingInput(torch.autograd.Function):
