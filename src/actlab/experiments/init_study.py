@@ -1,0 +1,372 @@
+"""``init-study``: the handbook's sample project, ten activation/initialization choices on two spirals.
+
+Protocol (seed 001, "The sample project"): 20 hidden layers of 32 units, one sigmoid output
+with the cross-entropy cost (computed from the output's net input, so it stays finite when
+the sigmoid saturates), 300 noisy spiral points (:func:`actlab.data.spirals.two_spirals`,
+unit second moment per coordinate), plain mini-batch SGD with learning rate 0.01, batches
+of 20, 150 epochs, three seeds, float64, zero biases. Each seed has its own initial weights,
+training set and batch order; the ten configurations share them by seed (paired).
+
+Every run is classified by its *late cost*, the median over its last 15 epochs of the cost on
+the whole training set measured at the end of each epoch:
+
+* ``diverges`` if the cost overflows (any non-finite cost, recorded, never raised);
+* ``trains`` if the late cost is below ln(2) / 2;
+* ``stalls at chance`` if it is within 0.01 of ln(2);
+* ``learns slowly`` otherwise.
+
+A configuration takes the verdict of the median late cost over its seeds (a diverged run's
+late cost counts as +inf). Test accuracy is measured on 300 fresh points after the last epoch
+and averaged over the seeds that did not diverge. Before training, the weight-gradient norm
+of every layer on the whole training set is recorded.
+
+Runs train in a plain loop, one unit per configuration and seed. The vmapped ensemble
+engine fits the shapes, but for this network (21 tiny layers, ten different activations,
+so ten separately vmapped conditions of three seeds) it measured about three times slower
+per member and step than the loop on CPU, so the loop is used. ``--quick`` trains 40 epochs
+with the late cost over the last 10; those verdicts are not comparable with the
+handbook's, which belong to the full protocol.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from actlab.data.spirals import two_spirals
+from actlab.errors import ConfigError
+from actlab.measure.signal import logistic_cross_entropy, weight_grad_norms
+from actlab.nn.deep_mlp import deep_mlp
+from actlab.runner.experiment import (
+    STATUS_DIVERGED,
+    Claim,
+    Experiment,
+    RunContext,
+    UnitContext,
+    UnitResult,
+    register,
+)
+
+LN2 = math.log(2.0)
+
+# name -> (activation, init scheme, gain or None: the scheme's own)
+CONFIGURATIONS: dict[str, tuple[str, str, float | None]] = {
+    "relu-default": ("relu", "torch-default", None),
+    "relu-xavier": ("relu", "xavier", None),
+    "relu-he": ("relu", "he", None),
+    "relu-1.41he": ("relu", "he", 2.0),  # sqrt(2) times He's std: gain 2
+    "sigmoid-xavier": ("sigmoid", "xavier", None),
+    "tanh-xavier": ("tanh", "xavier", None),
+    "tanh-xavier-5/3": ("tanh", "xavier", 5.0 / 3.0),
+    "elu-he": ("elu", "he", None),
+    "silu-he": ("silu", "he", None),
+    "silu-gain1.68": ("silu", "fixed-point", None),  # SiLU's fixed-point gain 1.6765
+}
+
+# The handbook's results (seed 001): verdict, late cost per seed, mean test accuracy.
+PUBLISHED = {
+    "relu-default": ("stalls at chance", (0.6931, 0.6931, 0.6931), 0.5000),
+    "relu-xavier": ("learns slowly", (0.6313, 0.6931, 0.5812), 0.5989),
+    "relu-he": ("trains", (0.3439, 0.1978, 0.1237), 0.8956),
+    "relu-1.41he": ("diverges", None, None),
+    "sigmoid-xavier": ("stalls at chance", (0.6932, 0.6932, 0.6931), 0.5000),
+    "tanh-xavier": ("learns slowly", (0.6026, 0.4312, 0.3785), 0.6922),
+    "tanh-xavier-5/3": ("trains", (0.3068, 0.0424, 0.0836), 0.8344),
+    "elu-he": ("trains", (0.0636, 0.0382, 0.0560), 0.9311),
+    "silu-he": ("learns slowly", (0.6922, 0.3559, 0.3263), 0.6600),
+    "silu-gain1.68": ("trains", (0.1215, 0.0331, 0.0330), 0.9344),
+}
+
+
+def classify_late_cost(late_cost: float) -> str:
+    """The verdict of one late cost (see the module docstring)."""
+    if not math.isfinite(late_cost):
+        return "diverges"
+    if late_cost < LN2 / 2:
+        return "trains"
+    if abs(late_cost - LN2) <= 0.01:
+        return "stalls at chance"
+    return "learns slowly"
+
+
+def late_cost(costs: Sequence[float], window: int) -> float:
+    """Median of the last ``window`` epoch costs; +inf if any cost of the run is non-finite."""
+    if any(not math.isfinite(c) for c in costs):
+        return math.inf
+    return float(statistics.median(costs[-window:]))
+
+
+def configuration_verdict(late_costs: Sequence[float]) -> str:
+    """The verdict of the median late cost over seeds (diverged runs count as +inf)."""
+    return classify_late_cost(float(statistics.median(late_costs)))
+
+
+def mean_bce(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Mean cross-entropy of a sigmoid output from its net input (one member of the ensemble)."""
+    return F.binary_cross_entropy_with_logits(logits.reshape(-1), labels.reshape(-1))
+
+
+@dataclass
+class BinaryRun:
+    """Outcome of :func:`train_binary_sgd`.
+
+    ``costs`` lists the whole-training-set cost before training and after every completed
+    epoch; ``diverged`` is set when a mini-batch or epoch cost overflowed (training stops
+    there; the epoch is recorded as ``nan``).
+    """
+
+    costs: list[float] = field(default_factory=list)
+    diverged: bool = False
+
+
+def train_binary_sgd(
+    model: nn.Module,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    *,
+    lr: float,
+    batch_size: int,
+    epochs: int,
+    seed: int,
+    on_epoch: Callable[[int, nn.Module], None] | None = None,
+) -> BinaryRun:
+    """Train ``model`` in place by plain mini-batch SGD on a sigmoid / cross-entropy output.
+
+    Each epoch visits a fresh permutation from ``torch.Generator().manual_seed(seed)`` in
+    batches of ``batch_size`` (a last partial batch is dropped). A non-finite cost marks the
+    run diverged and ends it, never raising. ``on_epoch(epoch, model)`` runs before training
+    (epoch 0) and after each epoch.
+    """
+    generator = torch.Generator().manual_seed(int(seed))
+    optimizer = torch.optim.SGD(model.parameters(), lr=lr)
+    run = BinaryRun()
+    n = x.shape[0]
+
+    def record(epoch: int) -> bool:
+        with torch.no_grad():
+            cost = float(mean_bce(model(x), y))
+        finite = math.isfinite(cost)
+        run.costs.append(cost if finite else math.nan)
+        run.diverged |= not finite
+        if finite and on_epoch is not None:
+            on_epoch(epoch, model)
+        return finite
+
+    if not record(0):
+        return run
+    for epoch in range(1, epochs + 1):
+        order = torch.randperm(n, generator=generator)
+        for start in range(0, n - batch_size + 1, batch_size):
+            idx = order[start:start + batch_size]
+            optimizer.zero_grad(set_to_none=True)
+            loss = mean_bce(model(x[idx]), y[idx])
+            if not torch.isfinite(loss):
+                run.diverged = True
+                run.costs.append(math.nan)
+                return run
+            loss.backward()
+            optimizer.step()
+        if not record(epoch):
+            return run
+    return run
+
+
+@torch.no_grad()
+def binary_accuracy(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
+    """Share of points whose sigmoid output falls on the side of their label (nan if non-finite)."""
+    logits = model(x).reshape(-1)
+    if not torch.isfinite(logits).all():
+        return math.nan
+    return float(((logits > 0).to(y.dtype) == y).double().mean())
+
+
+@dataclass
+class InitStudyConfig:
+    """The sample project's protocol (defaults: the handbook's)."""
+
+    configurations: tuple[str, ...] = tuple(CONFIGURATIONS)
+    depth: int = 20
+    width: int = 32
+    n_train: int = 300
+    n_test: int = 300
+    noise: float = 0.1
+    turns: float = 1.5
+    input_scale: str = "unit"
+    lr: float = 0.01
+    batch_size: int = 20
+    epochs: int = 150
+    late_window: int = 15
+
+    def __post_init__(self) -> None:
+        import difflib
+
+        for name in self.configurations:
+            if name not in CONFIGURATIONS:
+                close = difflib.get_close_matches(name, CONFIGURATIONS, n=3, cutoff=0.4)
+                hint = f"; did you mean {', '.join(close)}?" if close else ""
+                raise ConfigError("configurations", f"unknown configuration {name!r}{hint}")
+        if not self.configurations:
+            raise ConfigError("configurations", "need at least one")
+        for name in ("depth", "width", "n_train", "n_test", "batch_size", "epochs", "late_window"):
+            if getattr(self, name) < 1:
+                raise ConfigError(name, f"must be >= 1, got {getattr(self, name)}")
+        if self.batch_size > self.n_train:
+            raise ConfigError("batch_size", f"must be <= n_train ({self.n_train})")
+        if self.late_window > self.epochs:
+            raise ConfigError("late_window", f"must be <= epochs ({self.epochs})")
+        if not self.lr > 0:
+            raise ConfigError("lr", f"must be > 0, got {self.lr}")
+        if self.input_scale not in ("unit", "radius"):
+            raise ConfigError("input_scale", f"must be 'unit' or 'radius', got {self.input_scale!r}")
+
+
+def spiral_sets(config: InitStudyConfig, seed: int):
+    """Training and test spirals of one seed (test points from an independent stream)."""
+    kwargs = {"noise": config.noise, "turns": config.turns, "scale": config.input_scale}
+    train = two_spirals(config.n_train, seed=2 * seed, **kwargs)
+    test = two_spirals(config.n_test, seed=2 * seed + 1, **kwargs)
+    return train, test
+
+
+def build_model(config: InitStudyConfig, name: str, seed: int) -> nn.Module:
+    """The network of configuration ``name`` for ``seed`` (float64, zero biases)."""
+    activation, scheme, gain = CONFIGURATIONS[name]
+    return deep_mlp(2, config.width, config.depth, 1, activation=activation, scheme=scheme,
+                    gain=gain, seed=seed)
+
+
+@register
+class InitStudyExperiment(Experiment):
+    """Ten activation/initialization choices for a 20-layer network on two spirals (seed 001)."""
+
+    name = "init-study"
+    description = ("The handbook's sample project: 20x32 network, ten activation/init choices, "
+                   "spirals, plain SGD, verdicts by late cost (seed 001).")
+    Config = InitStudyConfig
+    quick = {"epochs": 40, "late_window": 10}
+    default_seeds = 3
+    seeds_per_unit = 1
+
+    def units(self, config: InitStudyConfig) -> list[dict]:
+        """One unit per configuration (each seed its own unit: runs are independent)."""
+        return [{"configuration": name} for name in config.configurations]
+
+    def run_unit(self, config: InitStudyConfig, unit: dict, seeds: list[int],
+                 ctx: UnitContext) -> UnitResult:
+        """Train one configuration per seed; rows: cost per epoch, gradient norms, accuracy."""
+        name = unit["configuration"]
+        result = UnitResult()
+        diverged = []
+        for seed in seeds:
+            (x, y), (x_test, y_test) = spiral_sets(config, seed)
+            model = build_model(config, name, seed)
+            norms = weight_grad_norms(model, x, y, cost=logistic_cross_entropy)
+            for layer, norm in enumerate(norms, start=1):
+                result.add(name, seed, 0, str(layer), "grad_norm_before", norm)
+            run = train_binary_sgd(model, x, y, lr=config.lr, batch_size=config.batch_size,
+                                   epochs=config.epochs, seed=seed)
+            for epoch, cost in enumerate(run.costs):
+                result.add(name, seed, epoch, "", "cost", cost)
+            result.add(name, seed, config.epochs, "", "diverged", float(run.diverged))
+            accuracy = math.nan if run.diverged else binary_accuracy(model, x_test, y_test)
+            result.add(name, seed, config.epochs, "", "test_accuracy", accuracy)
+            if run.diverged:
+                diverged.append(seed)
+        if diverged:  # a failure is data: rows are kept, the unit is marked
+            result.status = STATUS_DIVERGED
+            result.error = f"cost overflowed (recorded as diverged) for seeds {diverged}"
+        return result
+
+    def summarize(self, config: InitStudyConfig, table, results: list[dict],
+                  ctx: RunContext) -> dict:
+        """Per configuration: ``verdict``, ``late_costs`` (per seed), ``test_accuracy``."""
+        summary: dict = {"protocol": {
+            "epochs": config.epochs, "late_window": config.late_window, "lr": config.lr,
+            "batch_size": config.batch_size, "depth": config.depth, "width": config.width,
+            "input_scale": config.input_scale, "noise": config.noise, "turns": config.turns,
+            "comparable_with_handbook": config.epochs == 150 and config.late_window == 15,
+        }, "configurations": {}}
+        seeds = sorted(int(s) for s in table["seed"].unique())
+        summary["seeds"] = seeds
+        for name in config.configurations:
+            rows = table[table["run"] == name]
+            late, curves = [], []
+            for seed in seeds:
+                sel = rows[(rows["seed"] == seed) & (rows["metric"] == "cost")].sort_values("step")
+                costs = sel["value"].tolist()
+                curves.append(costs)
+                late.append(late_cost(costs[1:], config.late_window))
+            acc = rows[rows["metric"] == "test_accuracy"]["value"]
+            acc = [a for a in acc.tolist() if math.isfinite(a)]
+            grads = rows[(rows["metric"] == "grad_norm_before") & (rows["seed"] == seeds[0])]
+            grads = grads.assign(l=grads["layer"].astype(int)).sort_values("l")["value"].tolist()
+            summary["configurations"][name] = {
+                "verdict": configuration_verdict(late),
+                "late_costs": [c if math.isfinite(c) else None for c in late],
+                "seed_verdicts": [classify_late_cost(c) for c in late],
+                "test_accuracy": sum(acc) / len(acc) if acc else None,
+                "initial_cost": [c[0] if c else None for c in curves],
+                "grad_norms_before_seed0": grads,
+                "handbook_verdict": PUBLISHED[name][0],
+            }
+        _figures(summary, table, config, ctx)
+        return summary
+
+    def claims(self, summary: dict) -> list[Claim]:
+        """One claim per configuration: our verdict against the handbook's."""
+        out = []
+        comparable = summary["protocol"]["comparable_with_handbook"]
+        for name, entry in summary["configurations"].items():
+            published = PUBLISHED[name]
+            late = ", ".join("overflow" if c is None else f"{c:.4f}" for c in entry["late_costs"])
+            acc = entry["test_accuracy"]
+            text = f"{name}: {published[0]}"
+            if published[1]:
+                text += f" (late costs {', '.join(f'{c:.4f}' for c in published[1])}, test accuracy {published[2]:.4f})"
+            measured = f"{entry['verdict']} (late costs {late}; test accuracy " + (
+                "n/a" if acc is None else f"{acc:.4f}") + ")"
+            held = entry["verdict"] == published[0] if comparable else None
+            if not comparable:
+                measured += " [shortened protocol: not comparable]"
+            out.append(Claim(text, measured, held, "seed 001, The sample project"))
+        return out
+
+
+def _figures(summary: dict, table, config: InitStudyConfig, ctx: RunContext) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = list(summary["configurations"])
+    fig, axes = plt.subplots(2, 5, figsize=(20, 7), sharex=True, sharey=True)
+    for ax, name in zip(axes.ravel(), names):
+        rows = table[(table["run"] == name) & (table["metric"] == "cost")]
+        for i, (seed, sel) in enumerate(rows.groupby("seed")):
+            sel = sel.sort_values("step")
+            ax.plot(sel["step"], sel["value"].clip(upper=5.0), color=f"C{i}", lw=0.8,
+                    label=f"seed {seed}")
+        ax.axhline(LN2, color="k", ls=":", lw=0.8)
+        ax.axhline(LN2 / 2, color="k", ls="--", lw=0.8)
+        ax.set_title(f"{name}: {summary['configurations'][name]['verdict']}", fontsize=9)
+        ax.set_ylim(0, 1.5)
+    axes[0, 0].legend(fontsize=7)
+    for ax in axes[1]:
+        ax.set_xlabel("epoch")
+    ctx.save_figure(fig, "init_study_costs")
+
+    fig, ax = plt.subplots(figsize=(8, 5))
+    for i, name in enumerate(names):
+        grads = summary["configurations"][name]["grad_norms_before_seed0"]
+        ax.semilogy(range(1, len(grads) + 1), grads, color=f"C{i % 10}",
+                    ls="-" if i < 10 else "--", label=name)
+    ax.set_xlabel("layer (21 = output)")
+    ax.set_ylabel("weight-gradient norm before training")
+    ax.legend(fontsize=7)
+    ctx.save_figure(fig, "init_study_gradients")
