@@ -11,6 +11,8 @@ from __future__ import annotations
 import multiprocessing
 import os
 import sys
+import threading
+import time
 import traceback
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
@@ -28,7 +30,16 @@ def threads_per_worker(workers: int) -> int:
     return max(1, (os.cpu_count() or 1) // max(1, workers))
 
 
-def _init_worker(threads: int, sys_path: list[str]) -> None:
+def _exit_with_parent(parent: int, interval_s: float = 1.0) -> None:
+    """Exit this worker once its parent is gone (a SIGKILLed parent would leave it orphaned)."""
+    while True:
+        time.sleep(interval_s)
+        if os.getppid() != parent:
+            os._exit(1)
+
+
+def _init_worker(threads: int, sys_path: list[str], parent: int) -> None:
+    threading.Thread(target=_exit_with_parent, args=(parent,), daemon=True).start()
     for entry in reversed(sys_path):
         if entry not in sys.path:
             sys.path.insert(0, entry)
@@ -65,7 +76,7 @@ def run_local(
         max_workers=min(workers, len(tasks)),
         mp_context=context,
         initializer=_init_worker,
-        initargs=(threads, list(sys.path)),
+        initargs=(threads, list(sys.path), os.getpid()),
     ) as pool:
         futures = {pool.submit(execute_unit, task): task for task in tasks}
         pending = set(futures)
