@@ -148,17 +148,18 @@ class StudentRun:
     checkpoints: dict[str, list[Tensor]] = field(default_factory=dict)
     extras: dict[str, Any] = field(default_factory=dict)
 
-    def add_rows(self, result: Any, prefix: str) -> None:
+    def add_rows(self, result: Any, prefix: str, blocks: bool = True) -> None:
         """Append this run's measurements to a :class:`UnitResult` as tidy rows.
 
-        ``run`` is ``f"{prefix}/{condition}"``; ``layer`` is ``block{l}`` for per-block values.
+        ``run`` is ``f"{prefix}/{condition}"``; ``layer`` is ``block{l}`` for per-block values
+        (left out when ``blocks`` is false, for sweeps that only need losses).
         """
         for c in self.conditions:
             run = f"{prefix}/{c}"
             for si, seed in enumerate(self.seeds):
                 for ti, step in enumerate(self.steps):
                     result.add(run, seed, step, "", "eval_loss", self.eval_loss[c][si, ti])
-                    for layer in range(self.hidden_mean[c].shape[2]):
+                    for layer in range(self.hidden_mean[c].shape[2] if blocks else 0):
                         name = f"block{layer}"
                         result.add(run, seed, step, name, "hidden_mean",
                                    self.hidden_mean[c][si, ti, layer])
@@ -231,18 +232,27 @@ def train_students(
     seeds = list(seeds)
     n = len(seeds)
     names = list(conditions)
+    C = len(names)
     dtype = DTYPES[settings.dtype]
     teachers, students = build_models(settings, activation, conditions, seeds)
     teacher = Ensemble({"teacher": teachers})
-    ens = Ensemble(students)
+    # All conditions x seeds in one vmapped group (condition-major): the conditions differ
+    # only in buffers (the shift), so one batched forward serves them all.
+    ens = Ensemble({"all": [m for c in names for m in students[c]]})
     loss_fn = loss_function(settings.loss)
-    hyper = {"lr": settings.lr}
-    trainer = EnsembleTrainer(ens, loss_fn, make_optimizer(settings.optimizer, **hyper))
+    trainer = EnsembleTrainer(ens, loss_fn, make_optimizer(settings.optimizer, lr=settings.lr))
+
+    def member_index(condition: str, seed_index: int) -> int:
+        return names.index(condition) * n + seed_index
+
+    def per_member(t: Tensor) -> Tensor:  # (S, ...) -> (C*S, ...): paired batches
+        return t.repeat(C, *([1] * (t.dim() - 1)))
 
     x_eval = gaussian_inputs(seeds, settings.eval_size, settings.d, "eval", dtype)
     y_eval = targets_from_teacher(teacher, x_eval, settings.loss)
+    x_eval_m, y_eval_m = per_member(x_eval), per_member(y_eval)
     if on_start is not None:
-        on_start(teacher, ens, x_eval, y_eval)
+        on_start(teacher, _MemberView(ens, names, n), x_eval, y_eval)
 
     early = max(1, round(0.05 * settings.steps))
     steps = log_steps(settings.steps, settings.log_points, also=[early])
@@ -259,20 +269,28 @@ def train_students(
     if checkpoint_seed_index is not None:
         run.checkpoints = {c: [] for c in names}
 
+    def split(t: Tensor) -> dict[str, np.ndarray]:
+        arr = t.detach().double().reshape(C, n, *t.shape[1:]).numpy()
+        return {c: arr[i] for i, c in enumerate(names)}
+
     def log(ti: int, step: int) -> None:
         with torch.no_grad():
-            for c in names:
-                out, stats = ens.call(x_eval, conditions=[c], return_stats=True)[c]
-                eval_loss[c][:, ti] = torch.vmap(loss_fn)(out, y_eval).double().numpy()
-                hidden[c][:, ti] = stats["hidden_mean"].double().numpy()
-                post[c][:, ti] = stats["post_act_mean"].double().numpy()
-                if checkpoint_seed_index is not None:
-                    run.checkpoints[c].append(ens.flat_params(c)[checkpoint_seed_index].clone())
+            out, stats = ens.call(x_eval_m, return_stats=True)["all"]
+            losses = split(torch.vmap(loss_fn)(out, y_eval_m))
+            hid, pst = split(stats["hidden_mean"]), split(stats["post_act_mean"])
+            flat = ens.flat_params("all") if checkpoint_seed_index is not None else None
+        for c in names:
+            eval_loss[c][:, ti] = losses[c]
+            hidden[c][:, ti] = hid[c]
+            post[c][:, ti] = pst[c]
+            if flat is not None:
+                run.checkpoints[c].append(flat[member_index(c, checkpoint_seed_index)].clone())
         if step in curv_steps and curvature_fn is not None:
             for c in names:
                 for si in range(min(curvature_seeds, n)):
                     batch = (x_eval[si], y_eval[si])
-                    for kind, value in curvature_fn(ens.member(c, si), batch).items():
+                    model = ens.member("all", member_index(c, si))
+                    for kind, value in curvature_fn(model, batch).items():
                         run.curvature.append((c, seeds[si], step, kind, value))
 
     angle_set = {int(k) for k in angle_steps}
@@ -286,24 +304,41 @@ def train_students(
             break
         x = next(stream)
         y = targets_from_teacher(teacher, x, settings.loss)
-        want_grads = (step + 1) in angle_set and len(names) >= 2
-        out = trainer.step(x, y, return_grads=want_grads)
-        for c in names:
-            train_loss[c][:, step] = out.losses[c].double().numpy()
+        want_grads = (step + 1) in angle_set and C >= 2
+        out = trainer.step(per_member(x), per_member(y), return_grads=want_grads)
+        for c, values in split(out.losses["all"]).items():
+            train_loss[c][:, step] = values
         if want_grads:
-            g0 = _flat_grads(out.grads[names[0]], n).double()
-            g1 = _flat_grads(out.grads[names[1]], n).double()
+            g = _flat_grads(out.grads["all"], C * n).double()
+            g0, g1 = g[:n], g[n:2 * n]
             cos = (g0 * g1).sum(1) / (g0.norm(dim=1) * g1.norm(dim=1))
             run.grad_angles[step + 1] = torch.rad2deg(torch.arccos(cos.clamp(-1, 1))).numpy()
-    run.diverged = {c: trainer.diverged[i].numpy().copy() for i, c in enumerate(names)}
+    dead = trainer.diverged[0].reshape(C, n).numpy()
+    run.diverged = {c: dead[i].copy() for i, c in enumerate(names)}
     for c in names:  # a diverged member's curves end where its training loss stopped being finite
         for si in np.flatnonzero(run.diverged[c]):
             bad = np.flatnonzero(~np.isfinite(train_loss[c][si]))
             after = np.asarray(steps) > (bad[0] if bad.size else -1)
             for array in (eval_loss[c], hidden[c], post[c]):
                 array[si, after] = np.nan
-    run.extras["ensemble"] = ens
+    run.extras["members"] = _MemberView(ens, names, n)
     return run
+
+
+class _MemberView:
+    """Condition/seed access to the condition-major single-group ensemble."""
+
+    def __init__(self, ens: Ensemble, names: list[str], seeds: int) -> None:
+        self.ens, self.names, self.seeds = ens, names, seeds
+
+    def member(self, condition: str, seed_index: int) -> torch.nn.Module:
+        """A standalone copy of one student."""
+        return self.ens.member("all", self.names.index(condition) * self.seeds + seed_index)
+
+    def flat_params(self, condition: str) -> Tensor:
+        """``(seeds, P)`` parameters of one condition."""
+        i = self.names.index(condition) * self.seeds
+        return self.ens.flat_params("all")[i: i + self.seeds]
 
 
 def curvature_top(
@@ -385,6 +420,52 @@ def finite_median(values: Any) -> float | None:
     arr = np.asarray(values, dtype=float)
     arr = arr[np.isfinite(arr)]
     return float(np.median(arr)) if arr.size else None
+
+
+def pair_summary(table: Any, prefix: str, early_step: float) -> dict[str, Any]:
+    """Final and early losses, wins and crossover of ``prefix/unshifted`` vs ``prefix/shifted``."""
+    u, s = curves(table, f"{prefix}/unshifted"), curves(table, f"{prefix}/shifted")
+    if u.empty or s.empty:
+        return {"status": "missing"}
+    final_u, final_s = u.iloc[-1], s.iloc[-1]
+    paired = np.isfinite(final_u) & np.isfinite(final_s)
+    mean_u, mean_s = finite_mean(final_u), finite_mean(final_s)
+    crossings = crossover_steps(u, s)
+    return {
+        "final_loss_unshifted": mean_u,
+        "final_loss_shifted": mean_s,
+        "relative_improvement": None if not mean_u or mean_s is None else (mean_u - mean_s) / mean_u,
+        "shifted_wins": float((final_s[paired] < final_u[paired]).mean()) if paired.any() else None,
+        "early_step": int(value_at(u, early_step).name),
+        "early_loss_unshifted": finite_mean(value_at(u, early_step)),
+        "early_loss_shifted": finite_mean(value_at(s, early_step)),
+        "crossover_step": finite_median(crossings),
+        "crossover_seeds": int(np.isfinite(crossings).sum()),
+    }
+
+
+def optimal_shifts(table: Any, prefix: str, shifts: dict[str, float]) -> tuple[Any, Any]:
+    """Final loss per seed (rows) and shift (columns), and each seed's loss-minimising shift."""
+    finals = {b: final_values(table, f"{prefix}/{name}") for name, b in shifts.items()}
+    frame = pd_frame(finals).sort_index(axis=1)
+    best = frame.idxmin(axis=1, skipna=True)
+    return frame, best
+
+
+def pd_frame(columns: dict[float, Any]) -> Any:
+    """A DataFrame from ``{column: Series}`` (seeds as rows)."""
+    import pandas as pd
+
+    return pd.DataFrame(columns)
+
+
+def shift_conditions(activation: str, offsets: Sequence[float], include_zero: bool) -> dict[str, float]:
+    """``{condition name: b}`` for ``b = theory + offset`` (and ``b = 0`` when asked)."""
+    base = theory_shift(activation)
+    values = {round(base + float(o), 6) for o in offsets}
+    if include_zero:
+        values.add(0.0)
+    return {f"b={b:+.4f}": b for b in sorted(values)}
 
 
 def describe_scale(settings: ModelSettings, seeds: int) -> str:

@@ -14,7 +14,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-import numpy as np
 import torch
 
 from actlab.errors import ConfigError
@@ -145,7 +144,7 @@ class TeacherStudent(Experiment):
         from actlab.curvature import flat_gradient
 
         activation = unit["activation"]
-        conditions = {"unshifted": activation, "shifted": f"{activation}:shift=theory"}
+        conditions = {"unshifted": f"{activation}:shift=0", "shifted": f"{activation}:shift=theory"}
         start: dict[str, Any] = {}
 
         def on_start(teacher, ens, x_eval, y_eval):
@@ -175,7 +174,7 @@ class TeacherStudent(Experiment):
         if config.landscape_points:
             try:
                 result.data["landscape"] = _landscape(
-                    run.extras["ensemble"], start["batch"], run, config,
+                    run.extras["members"], start["batch"], run, config,
                     start["theta0"], start["grads"],
                 )
             except ValueError as exc:  # degenerate plane: record, don't fail the unit
@@ -195,25 +194,15 @@ class TeacherStudent(Experiment):
         early_step = max(1, round(0.05 * config.steps))
         for activation in config.activations:
             u_run, s_run = f"{activation}/unshifted", f"{activation}/shifted"
-            u, s = ts.curves(table, u_run), ts.curves(table, s_run)
-            if u.empty or s.empty:
-                summary[activation] = {"status": "missing"}
+            pair = ts.pair_summary(table, activation, early_step)
+            if "status" in pair:
+                summary[activation] = pair
                 continue
-            final_u, final_s = u.iloc[-1], s.iloc[-1]
-            paired = np.isfinite(final_u) & np.isfinite(final_s)
             hu = ts.curves(table, u_run, "hidden_mean", f"block{config.L - 1}")
             hs = ts.curves(table, s_run, "hidden_mean", f"block{config.L - 1}")
             entry = {
                 "theory_shift": data.get(activation, {}).get("theory_shift"),
-                "final_loss_unshifted": ts.finite_mean(final_u),
-                "final_loss_shifted": ts.finite_mean(final_s),
-                "shifted_wins": float((final_s[paired] < final_u[paired]).mean())
-                if paired.any() else None,
-                "early_step": int(ts.value_at(u, early_step).name),
-                "early_loss_unshifted": ts.finite_mean(ts.value_at(u, early_step)),
-                "early_loss_shifted": ts.finite_mean(ts.value_at(s, early_step)),
-                "crossover_step": ts.finite_median(ts.crossover_steps(u, s)),
-                "crossover_seeds": int(np.isfinite(ts.crossover_steps(u, s)).sum()),
+                **pair,
                 "overshoot_unshifted": ts.finite_mean(ts.overshoot(hu)),
                 "overshoot_shifted": ts.finite_mean(ts.overshoot(hs)),
             }

@@ -48,21 +48,27 @@ def make_activation(spec: str | nn.Module) -> nn.Module:
     except ImportError:  # the spec registry is optional at import time
         return _FallbackActivation(spec)
     module = activation(spec)  # validates the whole spec, resolves shift=theory
-    shift = float(getattr(module, "shift", 0.0) or 0.0)
-    if shift == 0.0:
-        return module
     tokens = spec.strip().split(":")
+    if not any(t.strip().startswith("shift=") for t in tokens):
+        return module
+    shift = float(getattr(module, "shift", 0.0) or 0.0)
     base = ":".join(t for t in tokens if not t.strip().startswith(("shift=", "q=")))
     return ShiftedActivation(activation(base), shift, spec)
 
 
 class ShiftedActivation(Activation):
-    """``phi(z) - shift`` around an unshifted activation module (vmap/grad-friendly)."""
+    """``phi(z) - shift`` around an unshifted activation module (vmap/grad-friendly).
+
+    The shift is a buffer, so models that differ only in their shift (``shift=0`` included)
+    have the same structure and can be stacked into one vmapped ensemble group.
+    """
+
+    shift: Tensor
 
     def __init__(self, base: nn.Module, shift: float, spec: str = "") -> None:
         super().__init__()
         self.base = base
-        self.shift = float(shift)
+        self.register_buffer("shift", torch.tensor(float(shift)))
         self.spec = spec or f"{getattr(base, 'spec', base)}:shift={shift}"
 
     def forward(self, x: Tensor) -> Tensor:
