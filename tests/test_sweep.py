@@ -62,3 +62,7 @@ def test_sigkill_mid_sweep_then_resume_gives_the_uninterrupted_table(tmp_path):
     assert (run_dir / "metrics.csv").read_bytes() == (ref_dir / "metrics.csv").read_bytes()
     assert (run_dir / "summary.json").read_bytes() == (ref_dir / "summary.json").read_bytes()
     assert not list(run_dir.rglob("*.tmp"))
+    # Resuming a finished sweep runs nothing and leaves the table as it is.
+    again = toy.invoke(*args, "--out", tmp_path / "run", "--resume", "--workers", "2")
+    assert again.exit_code == 0 and "8 resumed" in again.output
+    assert (run_dir / "metrics.csv").read_bytes() == (ref_dir / "metrics.csv").read_bytes()

@@ -66,6 +66,8 @@ def run_local(
     """
     if workers < 1:
         raise ConfigError("--workers", f"must be >= 1, got {workers}")
+    if not tasks:
+        return
     if workers == 1:
         for i, task in enumerate(tasks):
             on_done(execute_unit(task, configs[i] if configs is not None else None))
@@ -98,6 +100,8 @@ def run_ray(
         import ray
     except ImportError as exc:  # the optional extra is missing
         raise ConfigError("--backend", f"ray is not installed ({exc}); pip install 'actlab[ray]'") from None
+    if not tasks:
+        return
     started_here = False
     if not ray.is_initialized():
         kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False}
