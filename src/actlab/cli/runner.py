@@ -64,7 +64,8 @@ def _common(function):
         click.option("--workers", type=int, default=1, show_default=True, help="Parallel processes."),
         click.option("--device", default="cpu", show_default=True, help="cpu, cuda or cuda:N."),
         click.option("--tensorboard", default=None, metavar="DIR", help="Also log scalars to TensorBoard."),
-        click.option("--mlflow", default=None, metavar="URI", help="Also log to MLflow (a path = file store)."),
+        click.option("--mlflow", default=None, metavar="URI", is_flag=False, flag_value="mlruns",
+                     help="Also log to MLflow; a path (or no value: ./mlruns) is a local file store."),
     ]
     for option in reversed(options):
         function = option(function)
