@@ -29,4 +29,5 @@ def topk_sparsify(y: Tensor, fraction: float) -> Tensor:
     if k == y.shape[dim]:
         return y
     values, indices = torch.topk(y, k, dim=dim, sorted=False)
-    return torch.zeros_like(y).scatter(dim, indices, values)
+    # scatter_ into fresh zeros: no copy of the zeros, gradient still flows to ``values``
+    return torch.zeros_like(y).scatter_(dim, indices, values)
