@@ -101,7 +101,7 @@ class GalleryExperiment(Experiment):
     description = ("Every activation and its derivative; Gaussian averages, Table 1 shifts and "
                    "gains vs published values; the variance recursion vs a measured network.")
     Config = GalleryConfig
-    quick = {}
+    quick = {"n_examples": 200}
     full = {"width": 512, "n_examples": 1000}
     default_seeds = 1
     seeds_per_unit = None
