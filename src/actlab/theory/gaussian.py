@@ -26,6 +26,8 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import torch
 
+from actlab.errors import SpecError
+
 Elementwise = Callable[[torch.Tensor], torch.Tensor]
 
 # Half line cut-off and the initial panels (finer near 0 where the density is largest).
@@ -70,14 +72,15 @@ def resolve(spec: str) -> tuple[Elementwise, Elementwise]:
     surrogate its backward uses), else autograd of the function, else central finite
     differences. ``shift=theory`` subtracts the Gaussian mean of the base function at the
     spec's ``q`` (default 1/3). Specs that are not elementwise (``adaptive``, ``topk``:
-    they depend on the other features of the example) raise ``ValueError``.
+    they depend on the other features of the example) raise
+    :class:`~actlab.errors.SpecError` (a ``ValueError``).
     """
     from actlab.activations.spec import DEFAULT_Q, base_spec, parse_spec, resolve_elementwise
 
     parsed = parse_spec(spec)
     extra = sorted({"adaptive"} & parsed.flags | {"topk"} & set(parsed.options))
     if extra:
-        raise ValueError(
+        raise SpecError(
             f"{spec!r}: option {' and '.join(extra)} is not elementwise, so it has no Gaussian "
             f"averages; use {base_spec(parsed)!r}"
         )
