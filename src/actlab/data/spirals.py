@@ -33,6 +33,17 @@ from actlab.errors import ConfigError
 SpiralScale = Literal["unit", "radius"]
 
 
+# Offset between data seeds and model seeds: a data set and a network built from the same
+# small integer must not draw from the same random stream (the first weights would then be
+# a function of the data's own draws).
+DATA_SEED_OFFSET = 1_000_003
+
+
+def data_seed(seed: int, split: int = 0) -> int:
+    """The seed of split ``split`` (0 train, 1 test, ...) of run ``seed``, disjoint from model seeds."""
+    return DATA_SEED_OFFSET + 16 * int(seed) + int(split)
+
+
 def spiral_input_rms(noise: float) -> float:
     """Root expected second moment of one raw coordinate: ``sqrt(1/6 + noise^2)``.
 

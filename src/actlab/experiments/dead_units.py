@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import torch
 
 import actlab
-from actlab.data.spirals import two_spirals
+from actlab.data.spirals import data_seed, two_spirals
 from actlab.errors import ConfigError
 from actlab.experiments.init_study import train_binary_sgd
 from actlab.measure.signal import dead_unit_share
@@ -121,7 +121,7 @@ class DeadUnitsExperiment(Experiment):
         result = UnitResult()
         for seed in seeds:
             x, y = two_spirals(config.n_train, noise=config.noise, turns=config.turns,
-                               scale=config.input_scale, seed=2 * seed)
+                               scale=config.input_scale, seed=data_seed(seed, 0))
             if unit["part"] == "deep":
                 model = deep_mlp(2, config.deep_width, config.deep_depth, 1, activation="relu",
                                  scheme="he", seed=seed)
@@ -145,7 +145,7 @@ class DeadUnitsExperiment(Experiment):
 
             trained = train_binary_sgd(model, x, y, lr=getattr(config, lr_field),
                                        batch_size=config.batch_size, epochs=config.epochs,
-                                       seed=seed, on_epoch=on_epoch)
+                                       seed=data_seed(seed, 2), on_epoch=on_epoch)
             for epoch, cost in enumerate(trained.costs):
                 result.add(run, seed, epoch, "", "cost", cost)
         return result

@@ -39,7 +39,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from actlab.data.spirals import two_spirals
+from actlab.data.spirals import data_seed, two_spirals
 from actlab.errors import ConfigError
 from actlab.measure.signal import logistic_cross_entropy, weight_grad_norms
 from actlab.nn.deep_mlp import deep_mlp
@@ -138,7 +138,8 @@ def train_binary_sgd(
 ) -> BinaryRun:
     """Train ``model`` in place by plain mini-batch SGD on a sigmoid / cross-entropy output.
 
-    Each epoch visits a fresh permutation from ``torch.Generator().manual_seed(seed)`` in
+    Each epoch visits a fresh permutation from ``torch.Generator().manual_seed(seed)`` (use a
+    seed whose stream no model was drawn from, e.g. :func:`actlab.data.spirals.data_seed`) in
     batches of ``batch_size`` (a last partial batch is dropped). A non-finite cost marks the
     run diverged and ends it, never raising. ``on_epoch(epoch, model)`` runs before training
     (epoch 0) and after each epoch.
@@ -229,8 +230,8 @@ class InitStudyConfig:
 def spiral_sets(config: InitStudyConfig, seed: int):
     """Training and test spirals of one seed (test points from an independent stream)."""
     kwargs = {"noise": config.noise, "turns": config.turns, "scale": config.input_scale}
-    train = two_spirals(config.n_train, seed=2 * seed, **kwargs)
-    test = two_spirals(config.n_test, seed=2 * seed + 1, **kwargs)
+    train = two_spirals(config.n_train, seed=data_seed(seed, 0), **kwargs)
+    test = two_spirals(config.n_test, seed=data_seed(seed, 1), **kwargs)
     return train, test
 
 
@@ -270,7 +271,7 @@ class InitStudyExperiment(Experiment):
             for layer, norm in enumerate(norms, start=1):
                 result.add(name, seed, 0, str(layer), "grad_norm_before", norm)
             run = train_binary_sgd(model, x, y, lr=config.lr, batch_size=config.batch_size,
-                                   epochs=config.epochs, seed=seed)
+                                   epochs=config.epochs, seed=data_seed(seed, 2))
             for epoch, cost in enumerate(run.costs):
                 result.add(name, seed, epoch, "", "cost", cost)
             result.add(name, seed, config.epochs, "", "diverged", float(run.diverged))

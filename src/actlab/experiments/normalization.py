@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
+from actlab.data.spirals import data_seed
 from actlab.errors import ConfigError
 from actlab.measure.signal import half_squared_error, weight_grad_norms
 from actlab.nn.deep_mlp import deep_mlp
@@ -87,7 +88,7 @@ class NormalizationExperiment(Experiment):
         result = UnitResult()
         activation, init = STACKS[unit["stack"]]
         for seed in seeds:
-            generator = torch.Generator().manual_seed(10_000 + int(seed))
+            generator = torch.Generator().manual_seed(data_seed(seed))
             x = torch.randn(config.n_inputs, config.width, generator=generator, dtype=torch.float64)
             y = torch.randn(config.n_inputs, 1, generator=generator, dtype=torch.float64)
             for variant, (norm, residual) in VARIANTS.items():

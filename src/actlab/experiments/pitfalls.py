@@ -34,7 +34,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from actlab.data.spirals import two_spirals
+from actlab.data.spirals import data_seed, two_spirals
 from actlab.errors import ConfigError
 from actlab.experiments.init_study import binary_accuracy, train_binary_sgd
 from actlab.nn.deep_mlp import deep_mlp, weight_std
@@ -75,8 +75,8 @@ class PitfallsConfig:
 def _train_spirals(config: PitfallsConfig, activation: str, seed: int,
                    constant: float | None = None) -> tuple[float, nn.Module]:
     """Test accuracy after training a small network on the spirals (optionally constant start)."""
-    x, y = two_spirals(config.n_train, seed=2 * seed)
-    x_test, y_test = two_spirals(config.n_test, seed=2 * seed + 1)
+    x, y = two_spirals(config.n_train, seed=data_seed(seed, 0))
+    x_test, y_test = two_spirals(config.n_test, seed=data_seed(seed, 1))
     model = deep_mlp(2, config.hidden_width, config.hidden_layers, 1, activation=activation,
                      scheme="he", seed=seed)
     if constant is not None:
@@ -85,7 +85,7 @@ def _train_spirals(config: PitfallsConfig, activation: str, seed: int,
                 layer.weight.fill_(constant)
                 layer.bias.zero_()
     run = train_binary_sgd(model, x, y, lr=config.lr, batch_size=config.batch_size,
-                           epochs=config.epochs, seed=seed)
+                           epochs=config.epochs, seed=data_seed(seed, 2))
     accuracy = math.nan if run.diverged else binary_accuracy(model, x_test, y_test)
     return accuracy, model
 
@@ -99,7 +99,8 @@ def linear_collapse(config: PitfallsConfig, seed: int) -> dict:
     weight, bias = torch.eye(2, dtype=torch.float64), torch.zeros(2, dtype=torch.float64)
     for layer in layers:
         weight, bias = layer.weight @ weight, layer.weight @ bias + layer.bias
-    x = torch.randn(1000, 2, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+    x = torch.randn(1000, 2, generator=torch.Generator().manual_seed(data_seed(seed)),
+                    dtype=torch.float64)
     with torch.no_grad():
         stacked = nn.Sequential(*layers)(x)
         collapsed = x @ weight.T + bias
@@ -120,7 +121,8 @@ def constant_start(config: PitfallsConfig, seed: int) -> dict:
 
 def default_linear_scale(seed: int, depth: int = 20, width: int = 64, n: int = 1000) -> dict:
     """Spread of a deep ReLU stack's outputs across inputs: torch default vs kaiming_normal_."""
-    x = torch.randn(n, width, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+    x = torch.randn(n, width, generator=torch.Generator().manual_seed(data_seed(seed)),
+                    dtype=torch.float64)
     spreads = {}
     for name in ("default", "kaiming"):
         with torch.random.fork_rng():

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from actlab.data.spirals import data_seed
 from actlab.errors import ConfigError
 from actlab.measure.signal import PerExampleCost, predicted_profile, signal_profile
 from actlab.nn.deep_mlp import deep_mlp, weight_std
@@ -110,7 +111,7 @@ def _network(setting, width: int, depth: int, seed: int):
 
 
 def _probe_batch(n: int, width: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
-    generator = torch.Generator().manual_seed(10_000 + int(seed))
+    generator = torch.Generator().manual_seed(data_seed(seed))
     inputs = torch.randn(n, width, generator=generator, dtype=torch.float64)
     targets = torch.randn(n, 1, generator=generator, dtype=torch.float64)
     return inputs, targets
