@@ -68,7 +68,8 @@ class ShiftedActivation(Activation):
     def __init__(self, base: nn.Module, shift: float, spec: str = "") -> None:
         super().__init__()
         self.base = base
-        self.register_buffer("shift", torch.tensor(float(shift)))
+        # float64, so a float64 model gets the exact shift; 0-dim, so it never promotes x
+        self.register_buffer("shift", torch.tensor(float(shift), dtype=torch.float64))
         self.spec = spec or f"{getattr(base, 'spec', base)}:shift={shift}"
 
     def forward(self, x: Tensor) -> Tensor:

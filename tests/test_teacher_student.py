@@ -1,0 +1,157 @@
+"""Teacher-student experiments: pairing, determinism, summaries, claims, config errors."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from actlab.errors import ConfigError
+from actlab.experiments import _ts_common as ts
+from actlab.runner.config import build_config
+from actlab.runner.experiment import METRIC_COLUMNS, RunContext, UnitContext, get_experiment
+
+TINY = {"d": 4, "m": 8, "L": 2, "steps": 40, "batch_size": 16, "eval_size": 32, "log_points": 6}
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def _run(name: str, overrides: dict, seeds: list[int], tmp_path):
+    exp = get_experiment(name)
+    config = build_config(exp.Config, overrides)
+    rows, results = [], []
+    for unit in exp.units(config):
+        result = exp.run_unit(config, unit, seeds, UnitContext(workdir=tmp_path))
+        rows += result.rows
+        results.append({"unit": unit, "seeds": seeds, "status": result.status,
+                        "error": result.error, "data": result.data})
+    table = pd.DataFrame(rows, columns=METRIC_COLUMNS)
+    ctx = RunContext(out_dir=tmp_path, figures_dir=tmp_path / "figures")
+    summary = exp.summarize(config, table, results, ctx)
+    json.dumps(summary)  # summary.json must serialise
+    return exp, summary, results, table
+
+
+def test_table1_theory_shifts_match_published_values():
+    published = {"relu": 0.230, "gelu": 0.115, "silu": 0.077, "sigmoid": 0.500, "tanh": 0.0}
+    for name, value in published.items():
+        assert abs(ts.theory_shift(name) - value) < 5e-4, name
+
+
+def test_theory_angle_matches_table2_at_k1():
+    from actlab.experiments.teacher_student import Config, _theory_angles
+
+    config = build_config(Config, {"m": 200, "activations": ["relu"], "angle_steps": [1]})
+    assert abs(_theory_angles("relu", config)[1] - 77.45) < 0.01  # Table 2, theory column
+
+
+def test_students_share_init_and_batches_and_seeds_are_independent():
+    settings = ts.ModelSettings(**TINY)
+    conditions = {"unshifted": "relu:shift=0", "shifted": "relu:shift=theory"}
+    pair = ts.train_students(settings, "relu", conditions, [1, 3], checkpoint_seed_index=1,
+                             angle_steps=[1])
+    start = {c: pair.checkpoints[c][0] for c in conditions}
+    assert torch.equal(start["unshifted"], start["shifted"])  # identical initial parameters
+    assert not torch.equal(pair.checkpoints["unshifted"][-1], pair.checkpoints["shifted"][-1])
+    # Same init, different activations: the step-0 gradients differ, at an angle in (0, 90)
+    assert 0 < pair.grad_angles[1][0] < 90
+    # Seed 3 trained alone gets exactly the same data and result (per-seed generators)
+    alone = ts.train_students(settings, "relu", conditions, [3])
+    for c in conditions:
+        np.testing.assert_allclose(alone.eval_loss[c][0], pair.eval_loss[c][1], rtol=1e-5)
+    assert np.all(np.isfinite(pair.eval_loss["shifted"]))
+    assert (pair.eval_loss["shifted"][:, -1] < pair.eval_loss["shifted"][:, 0]).all()
+
+
+def test_diverging_run_is_recorded_not_raised():
+    settings = ts.ModelSettings(**{**TINY, "optimizer": "sgd", "lr": 1e12, "steps": 10})
+    run = ts.train_students(settings, "relu", {"a": "relu:shift=0", "b": "relu:shift=0.2"}, [0])
+    assert run.diverged["a"].all() and run.diverged["b"].all()
+    assert np.isnan(run.eval_loss["a"][0, -1])
+
+
+def test_summary_helpers_on_hand_made_curves():
+    steps = [0, 10, 20, 30, 40]
+    u = pd.DataFrame({0: [1.0, 0.5, 0.4, 0.35, 0.3], 1: [1.0, 0.5, 0.4, 0.3, 0.2]}, index=steps)
+    s = pd.DataFrame({0: [1.0, 0.7, 0.3, 0.45, 0.2], 1: [1.0, 0.6, 0.5, 0.4, 0.3]}, index=steps)
+    crossings = ts.crossover_steps(u, s)
+    assert crossings[0] == 40  # below at 20, above again at 30, below from 40 on
+    assert math.isnan(crossings[1])  # never ends lower
+    h = pd.DataFrame({0: [0.0, 2.0, 1.0, 1.0, 1.0]}, index=steps)
+    assert ts.overshoot(h)[0] == 1.0
+    assert ts.log_steps(100, 10, also=[5])[:2] == [0, 1] and 5 in ts.log_steps(100, 10, also=[5])
+
+
+def test_teacher_student_experiment_end_to_end(tmp_path):
+    overrides = {**TINY, "activations": ["relu"], "curvature_seeds": 1, "curvature_points": 2,
+                 "landscape_points": 5, "angle_steps": [1, 5]}
+    exp, summary, results, table = _run("teacher-student", overrides, [0, 1], tmp_path)
+    entry = summary["relu"]
+    keys = ["final_loss_unshifted", "final_loss_shifted", "shifted_wins", "early_loss_unshifted",
+            "early_loss_shifted", "crossover_step", "overshoot_unshifted", "overshoot_shifted",
+            "sharpness_unshifted", "sharpness_shifted"]
+    assert set(keys) <= set(entry)
+    for key in keys:
+        assert entry[key] is None or math.isfinite(entry[key]), key
+    assert entry["sharpness_shifted"] > 0 and 0 <= entry["shifted_wins"] <= 1
+    assert set(entry["gradient_angles"]) == {"1", "5"}
+    # the final loss in the summary is the mean of the last logged eval losses
+    last = table[(table.run == "relu/shifted") & (table.metric == "eval_loss")]
+    assert entry["final_loss_shifted"] == pytest.approx(last[last.step == 40].value.mean())
+    planes = results[0]["data"]["landscape"]
+    assert np.asarray(planes["unshifted"]["loss"]).shape == (5, 5)
+    # both trajectories start at the plane's origin (the common initialisation)
+    assert np.allclose(planes["unshifted"]["trajectories"]["shifted"][0], 0, atol=1e-6)
+    for fig in ("fig2_loss_and_hidden_mean", "fig3_landscape_relu", "fig4_sharpness",
+                "fig8_post_activation_means", "fig15_all_blocks_relu"):
+        assert (tmp_path / "figures" / f"{fig}.png").exists(), fig
+    claims = exp.claims(summary)
+    assert any(c.claim == "shifted student ends lower (relu)" for c in claims)
+    assert all(c.held in (True, False, None) for c in claims)
+
+
+def test_shift_sweep_size_sweep_ablations_end_to_end(tmp_path):
+    tiny = {**TINY, "steps": 20, "log_points": 3}
+    _, sweep, _, _ = _run("shift-sweep", {**tiny, "activations": ["relu"],
+                                          "shift_offsets": [-0.1, 0.0, 0.1]}, [0, 1], tmp_path)
+    relu = sweep["relu"]
+    assert relu["theory_shift"] == pytest.approx(0.2303, abs=1e-4)
+    assert relu["loss_ratio_theory_vs_best"] >= 1.0
+    assert 0.0 <= relu["best_shift_median"] <= relu["theory_shift"] + 0.1 + 1e-9
+    _, sizes, _, _ = _run("size-sweep", {**tiny, "grid_d": [3], "grid_m": [4, 6], "grid_L": [1],
+                                         "sizes": ["3x4x1"], "shift_offsets": [-0.1, 0.0, 0.1]},
+                          [0, 1], tmp_path)
+    assert set(sizes["grid"]) == {"3x4x1", "3x6x1"}
+    assert sizes["optimal_shift"]["3x4x1"]["seeds"] == 2
+    _, abl, _, _ = _run("ablations", {**tiny, "variants": ["post_norm", "bias", "soft_ce"]},
+                        [0], tmp_path)
+    for variant in ("post_norm", "bias", "soft_ce"):
+        assert abl[variant]["final_loss_shifted"] > 0
+    assert abl["soft_ce"]["final_loss_shifted"] > abl["bias"]["final_loss_shifted"]  # CE >= entropy
+    for fig in ("fig9_shift_sweep", "fig12_size_grid", "fig13_optimal_shifts", "fig14_ablations"):
+        assert (tmp_path / "figures" / f"{fig}.png").exists(), fig
+
+
+@pytest.mark.parametrize("name,overrides,field", [
+    ("teacher-student", {"activations": ["relux"]}, "activations"),
+    ("teacher-student", {"norm": "middle"}, "norm"),
+    ("shift-sweep", {"shift_offsets": [0.1]}, "shift_offsets"),
+    ("size-sweep", {"sizes": ["20x80"]}, "sizes"),
+    ("ablations", {"variants": ["postnorm"]}, "variants"),
+])
+def test_bad_config_names_the_field(name, overrides, field):
+    with pytest.raises(ConfigError) as info:
+        build_config(get_experiment(name).Config, overrides)
+    assert info.value.field == field
+    if name == "ablations":
+        assert "post_norm" in str(info.value)  # suggests the closest valid name
