@@ -1,0 +1,233 @@
+"""Train a byte-level GPT on a text corpus, in one process or data-parallel under torchrun.
+
+Library use: :func:`train_gpt` (what the language-model experiments call). Command line::
+
+    python -m actlab.train.lm --steps 200 --n-layer 2 --n-embd 64 --out runs/lm
+    torchrun --nproc_per_node 2 -m actlab.train.lm --steps 200 --batch-size 32 --out runs/lm
+
+``--batch-size`` is the *global* batch: each of N processes takes ``batch/N`` rows of the
+same global batch, so the run computes the same updates whatever N is (up to float
+rounding). Rank 0 prints progress and writes ``history.json`` and ``last.safetensors`` to
+``--out``; ``--resume`` continues from that checkpoint.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from actlab.data.text import TextCorpus, load_corpus, sample_batch
+from actlab.errors import ConfigError
+from actlab.nn.gpt import GPT, GPTConfig
+from actlab.train.distributed import DistInfo, cleanup, init_distributed, wrap_model
+from actlab.train.loop import Batch, TrainConfig, Trainer, TrainResult
+
+EVAL_SEED = 2024  # validation windows are the same for every run and seed
+
+
+def lm_batches(corpus: TextCorpus, batch_size: int, block_size: int, seed: int,
+               eval_batches: int = 8) -> tuple[Callable[[int], Batch], Callable[[], list[Batch]]]:
+    """``(train_batch, eval_batches)`` for :class:`~actlab.train.loop.Trainer`.
+
+    Training batch ``step`` is drawn with a generator seeded from ``(seed, step)``, so it is
+    a pure function of both (resumable, shared by paired conditions of one seed). The
+    ``eval_batches`` validation batches are fixed for all seeds (``EVAL_SEED``).
+    """
+    if batch_size < 1 or block_size < 1:
+        raise ValueError(f"batch_size and block_size must be >= 1, got {batch_size}, {block_size}")
+
+    def train_batch(step: int) -> Batch:
+        generator = torch.Generator().manual_seed(int(seed) * 1_000_003 + int(step))
+        return sample_batch(corpus.train, batch_size, block_size, generator)
+
+    cached: list[Batch] = []
+
+    def validation() -> list[Batch]:
+        if not cached:
+            generator = torch.Generator().manual_seed(EVAL_SEED)
+            cached.extend(sample_batch(corpus.val, batch_size, block_size, generator)
+                          for _ in range(eval_batches))
+        return cached
+
+    return train_batch, validation
+
+
+def train_gpt(model_config: GPTConfig, train_config: TrainConfig, corpus: TextCorpus, *,
+              seed: int = 0, batch_size: int = 32, eval_batches: int = 8,
+              model: nn.Module | None = None, dist: DistInfo | None = None,
+              checkpoint_dir: str | Path | None = None,
+              on_step: Callable[[int, float], None] | None = None,
+              progress: Callable[..., Iterable] | None = None,
+              resume: bool = False) -> tuple[nn.Module, TrainResult]:
+    """Build (or take) a GPT, train it on ``corpus`` and return ``(model, result)``.
+
+    ``seed`` seeds the initialisation and the batch order. ``model`` lets the caller attach
+    probes before training (it must match ``model_config``). Under DDP the returned model is
+    the unwrapped module.
+    """
+    dist = dist or DistInfo()
+    if model is None:
+        model = GPT(model_config, seed=seed)
+    model = model.to(dist.device)
+    train_batch, validation = lm_batches(corpus, batch_size, model_config.block_size, seed,
+                                         eval_batches)
+    trainer = Trainer(wrap_model(model, dist), train_config, train_batch, validation, dist=dist,
+                      checkpoint_dir=checkpoint_dir, on_step=on_step, progress=progress)
+    result = trainer.fit(resume=resume)
+    return model, result
+
+
+@dataclass
+class LMScale:
+    """Model, data and optimisation fields shared by the language-model experiments.
+
+    Experiment configs subclass it, so every field can be overridden from the command line
+    (``actlab run lm-shift --set n_layer=6``). ``data`` is ``"stdlib"`` or a text path.
+    """
+
+    data: str = "stdlib"
+    n_layer: int = 4
+    n_head: int = 4
+    n_embd: int = 128
+    block_size: int = 128
+    mlp_ratio: float = 4.0
+    norm: str = "layernorm"
+    batch_size: int = 32
+    steps: int = 2000
+    lr: float = 1e-3
+    warmup: int = 100
+    schedule: str = "cosine"
+    weight_decay: float = 0.1
+    grad_clip: float = 1.0
+    eval_every: int = 100
+    eval_batches: int = 8
+    log_every: int = 10
+    dtype: str = "float32"
+    threads: int = 1
+
+    def __post_init__(self) -> None:
+        self.model_config()  # ConfigError names the bad field
+        self.train_config()
+        if self.batch_size < 1:
+            raise ConfigError("batch_size", f"must be >= 1, got {self.batch_size}")
+        if self.eval_batches < 1:
+            raise ConfigError("eval_batches", f"must be >= 1, got {self.eval_batches}")
+        if self.threads < 0:
+            raise ConfigError("threads", f"must be >= 0 (0: torch's default), got {self.threads}")
+
+    def model_config(self, **overrides: Any) -> GPTConfig:
+        """The :class:`GPTConfig` of these fields, with ``overrides`` (e.g. ``activation``)."""
+        fields = {f.name for f in dataclasses.fields(GPTConfig)}
+        values = {k: getattr(self, k) for k in fields if hasattr(self, k)}
+        return GPTConfig(**{**values, **overrides})
+
+    def train_config(self, **overrides: Any) -> TrainConfig:
+        """The :class:`TrainConfig` of these fields, with ``overrides``."""
+        fields = {f.name for f in dataclasses.fields(TrainConfig)}
+        values = {k: getattr(self, k) for k in fields if hasattr(self, k)}
+        return TrainConfig(**{**values, **overrides})
+
+    def corpus(self) -> TextCorpus:
+        """The text corpus named by ``data``."""
+        return load_corpus(self.data)
+
+
+def probe_forward(model: nn.Module, inputs: Iterable[Any], *, metrics: Sequence[str],
+                  blocks: Iterable[nn.Module | str] | None = None, activations: Any = None,
+                  eps: float = 1e-7, forward: Callable[[Any], Any] | None = None) -> Any:
+    """Measure ``metrics`` on evaluation passes over ``inputs`` with a fresh :class:`actlab.Probe`.
+
+    The model runs in eval mode without gradients (its previous mode is restored), so
+    running statistics (percentile norms) are not touched. ``forward(item)`` defaults to
+    ``model(item)``. Returns the probe's tidy table (one step, all passes pooled).
+    """
+    from actlab.probe.probe import Probe
+
+    was_training = model.training
+    model.eval()
+    probe = Probe(model, every=1, activations=activations, blocks=blocks, metrics=metrics,
+                  weights=False, eps=eps)
+    try:
+        with torch.no_grad():
+            for item in inputs:
+                forward(item) if forward is not None else model(item)
+        probe.step()
+        return probe.table()
+    finally:
+        probe.close()
+        model.train(was_training)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m actlab.train.lm", description=__doc__.split("\n")[0])
+    parser.add_argument("--data", default="stdlib", help="'stdlib' or a text file / folder")
+    parser.add_argument("--out", default=None, help="folder for history.json and the checkpoint")
+    parser.add_argument("--resume", action="store_true", help="continue from --out/last.safetensors")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--batch-size", type=int, default=32, help="global batch (all processes)")
+    parser.add_argument("--eval-batches", type=int, default=8)
+    parser.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
+    for name, kind, default in (("block-size", int, 128), ("n-layer", int, 4), ("n-head", int, 4),
+                                ("n-embd", int, 128), ("mlp-ratio", float, 4.0),
+                                ("activation", str, "gelu"), ("ffn", str, "plain"),
+                                ("norm", str, "layernorm"), ("dropout", float, 0.0)):
+        parser.add_argument(f"--{name}", type=kind, default=default)
+    for name, kind, default in (("steps", int, 1000), ("lr", float, 1e-3), ("warmup", int, 100),
+                                ("schedule", str, "cosine"), ("min-lr-ratio", float, 0.1),
+                                ("weight-decay", float, 0.1), ("grad-clip", float, 1.0),
+                                ("eval-every", int, 100), ("log-every", int, 10),
+                                ("checkpoint-every", int, 0), ("dtype", str, "float32")):
+        parser.add_argument(f"--{name}", type=kind, default=default)
+    parser.add_argument("--compile", action="store_true", help="torch.compile the model")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Command-line entry point (see the module docstring)."""
+    args = _parser().parse_args(argv)
+    model_config = GPTConfig(block_size=args.block_size, n_layer=args.n_layer, n_head=args.n_head,
+                             n_embd=args.n_embd, mlp_ratio=args.mlp_ratio,
+                             activation=args.activation, ffn=args.ffn, norm=args.norm,
+                             dropout=args.dropout)
+    train_config = TrainConfig(steps=args.steps, lr=args.lr, warmup=args.warmup,
+                               schedule=args.schedule, min_lr_ratio=args.min_lr_ratio,
+                               weight_decay=args.weight_decay, grad_clip=args.grad_clip,
+                               eval_every=args.eval_every, log_every=args.log_every,
+                               checkpoint_every=args.checkpoint_every, dtype=args.dtype,
+                               compile=args.compile)
+    dist = init_distributed(args.device)
+    try:
+        corpus = load_corpus(args.data)
+        if dist.is_main:
+            print(f"{corpus}; world size {dist.world_size} on {dist.device}", flush=True)
+
+        def report(step: int, loss: float) -> None:
+            if dist.is_main and (step % args.log_every == 0 or step == args.steps):
+                print(f"step {step:6d}  train loss {loss:.4f}", flush=True)
+
+        model, result = train_gpt(model_config, train_config, corpus, seed=args.seed,
+                                  batch_size=args.batch_size, eval_batches=args.eval_batches,
+                                  dist=dist, checkpoint_dir=args.out, on_step=report,
+                                  resume=args.resume)
+        if dist.is_main:
+            print(f"{result.status} after {result.step} steps; val loss {result.final_val_loss:.4f}",
+                  flush=True)
+            if args.out:
+                Path(args.out).mkdir(parents=True, exist_ok=True)
+                (Path(args.out) / "history.json").write_text(json.dumps(result.history, indent=1))
+        return 0 if result.status == "ok" else 1
+    finally:
+        cleanup()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,433 @@
+"""The shared trainer: AdamW, warmup + cosine/linear decay, clipping, evaluation, checkpoints.
+
+:class:`Trainer` trains any module whose loss ``loss_fn(model, batch)`` returns, for a fixed
+number of steps. Batches come from ``train_batch(step)``, a function of the step number only,
+so a resumed run sees exactly the batches an uninterrupted one would, and under DDP every
+rank draws the same global batch and keeps its own slice
+(:func:`actlab.train.distributed.shard`): N processes then compute the same update as one.
+
+* learning rate: linear warmup over ``warmup`` steps to ``lr``, then ``cosine``/``linear``
+  decay to ``min_lr_ratio * lr`` at the last step (or ``constant``);
+* AdamW with decoupled weight decay on matrices and embeddings only (not on biases and norm
+  gains), global gradient-norm clipping;
+* evaluation on ``eval_batches()`` at step 0, every ``eval_every`` steps and at the end, in
+  eval mode (the model's previous mode is restored afterwards);
+* ``dtype="bfloat16"`` runs forward passes under ``torch.autocast``; ``compile=True`` runs
+  them through ``torch.compile`` (parameters stay in float32 either way);
+* a non-finite loss stops the run with status ``diverged`` (never an exception);
+* ``checkpoint_dir``: ``last.safetensors`` (model, AdamW state, RNG, step, history) every
+  ``checkpoint_every`` steps and at the end; ``Trainer.fit(resume=True)`` continues from it
+  and ends with the same parameters as an uninterrupted run.
+
+Muon is not offered: AdamW is the optimizer of every experiment here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from actlab.errors import ConfigError
+from actlab.train.distributed import DistInfo, all_reduce_mean, shard, unwrap_model
+
+SCHEDULES = ("cosine", "linear", "constant")
+DTYPES = ("float32", "bfloat16")
+STATUS_OK = "ok"
+STATUS_DIVERGED = "diverged"
+CHECKPOINT_NAME = "last.safetensors"
+
+Batch = tuple[Tensor, ...]
+LossFn = Callable[[nn.Module, Batch], Tensor]
+
+
+@dataclass
+class TrainConfig:
+    """Optimisation settings of a :class:`Trainer` run."""
+
+    steps: int = 1000
+    lr: float = 1e-3
+    min_lr_ratio: float = 0.1
+    warmup: int = 100
+    schedule: str = "cosine"
+    weight_decay: float = 0.1
+    beta1: float = 0.9
+    beta2: float = 0.95
+    grad_clip: float = 1.0
+    eval_every: int = 100
+    log_every: int = 10
+    checkpoint_every: int = 0
+    dtype: str = "float32"
+    compile: bool = False
+
+    def __post_init__(self) -> None:
+        for name in ("steps", "warmup", "eval_every", "log_every", "checkpoint_every"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 0:
+                raise ConfigError(name, f"must be an integer >= 0, got {value!r}")
+        if self.steps < 1:
+            raise ConfigError("steps", f"must be >= 1, got {self.steps}")
+        if self.log_every < 1:
+            raise ConfigError("log_every", f"must be >= 1, got {self.log_every}")
+        if not self.lr > 0:
+            raise ConfigError("lr", f"must be > 0, got {self.lr}")
+        if not 0.0 <= self.min_lr_ratio <= 1.0:
+            raise ConfigError("min_lr_ratio", f"must be in [0, 1], got {self.min_lr_ratio}")
+        for name in ("beta1", "beta2"):
+            if not 0.0 <= getattr(self, name) < 1.0:
+                raise ConfigError(name, f"must be in [0, 1), got {getattr(self, name)}")
+        if self.weight_decay < 0 or self.grad_clip < 0:
+            bad = "weight_decay" if self.weight_decay < 0 else "grad_clip"
+            raise ConfigError(bad, f"must be >= 0, got {getattr(self, bad)}")
+        _choose("schedule", self.schedule, SCHEDULES)
+        _choose("dtype", self.dtype, DTYPES)
+
+
+def _choose(name: str, value: str, valid: Sequence[str]) -> None:
+    if value not in valid:
+        import difflib
+
+        close = difflib.get_close_matches(value, valid, n=2, cutoff=0.4)
+        hint = f"did you mean {' or '.join(close)}? " if close else ""
+        raise ConfigError(name, f"unknown {value!r}; {hint}valid: {', '.join(valid)}")
+
+
+def lr_at(step: int, config: TrainConfig) -> float:
+    """Learning rate for the update that follows ``step`` completed steps."""
+    if config.warmup and step < config.warmup:
+        return config.lr * (step + 1) / config.warmup
+    if config.schedule == "constant":
+        return config.lr
+    span = max(1, config.steps - config.warmup)
+    progress = min(1.0, (step - config.warmup) / span)
+    floor = config.min_lr_ratio * config.lr
+    if config.schedule == "linear":
+        return config.lr - (config.lr - floor) * progress
+    return floor + 0.5 * (config.lr - floor) * (1.0 + math.cos(math.pi * progress))
+
+
+def make_adamw(model: nn.Module, config: TrainConfig) -> torch.optim.AdamW:
+    """AdamW with weight decay on parameters of 2 or more dims only (matrices, embeddings)."""
+    decay, no_decay, seen = [], [], set()
+    for param in model.parameters():
+        if not param.requires_grad or id(param) in seen:
+            continue
+        seen.add(id(param))
+        (decay if param.dim() >= 2 else no_decay).append(param)
+    groups = [{"params": decay, "weight_decay": config.weight_decay},
+              {"params": no_decay, "weight_decay": 0.0}]
+    return torch.optim.AdamW(groups, lr=config.lr, betas=(config.beta1, config.beta2))
+
+
+def default_loss(model: nn.Module, batch: Batch) -> Tensor:
+    """Loss of a language model called as ``model(x, targets=y)`` returning ``(logits, loss)``."""
+    x, y = batch
+    return model(x, targets=y)[1]
+
+
+@dataclass
+class TrainResult:
+    """Outcome of :meth:`Trainer.fit`: status, steps done and the logged history.
+
+    ``history`` holds dicts with ``step`` and any of ``train_loss`` (mean over the steps
+    since the previous log), ``val_loss``, ``lr``.
+    """
+
+    status: str
+    step: int
+    history: list[dict[str, float]] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def series(self, key: str) -> list[tuple[int, float]]:
+        """``(step, value)`` pairs of one logged quantity."""
+        return [(int(h["step"]), float(h[key])) for h in self.history if key in h]
+
+    @property
+    def final_val_loss(self) -> float:
+        """The last evaluated validation loss (nan when none)."""
+        values = self.series("val_loss")
+        return values[-1][1] if values else math.nan
+
+
+class Trainer:
+    """Train ``model`` for ``config.steps`` steps (see the module docstring).
+
+    Args:
+        model: the module (moved to ``dist.device``); DDP-wrap it yourself with
+            :func:`actlab.train.distributed.wrap_model` when distributed.
+        config: optimisation settings.
+        train_batch: ``step -> global batch`` (tuple of tensors, batch along dim 0).
+        eval_batches: ``() -> iterable of global batches`` for the validation loss, or None.
+        loss_fn: ``(model, batch) -> scalar loss``; default calls ``model(x, targets=y)``.
+        dist: this process's place (default: single process on CPU).
+        checkpoint_dir: where ``last.safetensors`` goes (None: no checkpoints).
+        on_step: called as ``on_step(step, loss)`` after every update (e.g. ``probe.step``).
+        progress: wraps the step range in a progress bar, e.g. ``UnitContext.progress``.
+    """
+
+    def __init__(self, model: nn.Module, config: TrainConfig,
+                 train_batch: Callable[[int], Batch],
+                 eval_batches: Callable[[], Iterable[Batch]] | None = None, *,
+                 loss_fn: LossFn = default_loss, dist: DistInfo | None = None,
+                 checkpoint_dir: str | os.PathLike | None = None,
+                 on_step: Callable[[int, float], None] | None = None,
+                 progress: Callable[..., Iterable] | None = None) -> None:
+        self.config = config
+        self.dist = dist or DistInfo()
+        self.model = model.to(self.dist.device)
+        self.train_batch = train_batch
+        self.eval_batches = eval_batches
+        self.loss_fn = loss_fn
+        self.checkpoint_dir = Path(checkpoint_dir) if checkpoint_dir is not None else None
+        self.on_step = on_step
+        self.progress = progress or (lambda it, **_: it)
+        self.optimizer = make_adamw(unwrap_model(model), config)
+        self._forward_model = torch.compile(model) if config.compile else model
+        self.step = 0
+        self.history: list[dict[str, float]] = []
+
+    # ------------------------------------------------------------------ one step
+    def _autocast(self) -> contextlib.AbstractContextManager:
+        if self.config.dtype == "bfloat16":
+            return torch.autocast(self.dist.device.type, dtype=torch.bfloat16)
+        return contextlib.nullcontext()
+
+    def _to_device(self, batch: Batch) -> Batch:
+        return tuple(t.to(self.dist.device, non_blocking=True) for t in batch)
+
+    def evaluate(self) -> float:
+        """Mean loss over ``eval_batches()`` (all ranks together), in eval mode, no gradients."""
+        if self.eval_batches is None:
+            return math.nan
+        was_training = self.model.training
+        self.model.eval()
+        total, count = torch.zeros((), dtype=torch.float64, device=self.dist.device), 0
+        try:
+            with torch.no_grad(), self._autocast():
+                for batch in self.eval_batches():
+                    loss = self.loss_fn(self._forward_model, self._to_device(shard(batch, self.dist)))
+                    total += loss.detach().double()
+                    count += 1
+        finally:
+            self.model.train(was_training)
+        return float(all_reduce_mean(total / max(count, 1), self.dist))
+
+    def fit(self, resume: bool = False) -> TrainResult:
+        """Train to ``config.steps`` (from the checkpoint when ``resume`` and one exists)."""
+        if resume:
+            self.load_checkpoint()
+        config = self.config
+        start = time.perf_counter()
+        status = STATUS_OK
+        running, running_n = 0.0, 0
+        if self.step == 0 and config.eval_every and self.eval_batches is not None:
+            self.history.append({"step": 0, "val_loss": self.evaluate()})
+        self.model.train()
+        steps = self.progress(range(self.step, config.steps), desc="train", initial=self.step,
+                              total=config.steps)
+        for step in steps:
+            lr = lr_at(step, config)
+            for group in self.optimizer.param_groups:
+                group["lr"] = lr
+            batch = self._to_device(shard(self.train_batch(step), self.dist))
+            with self._autocast():
+                loss = self.loss_fn(self._forward_model, batch)
+            loss_value = float(all_reduce_mean(loss.detach().float(), self.dist))
+            if not math.isfinite(loss_value):
+                status = STATUS_DIVERGED
+                self.history.append({"step": step, "train_loss": loss_value, "diverged": 1.0})
+                break
+            loss.backward()
+            if config.grad_clip:
+                torch.nn.utils.clip_grad_norm_(self.model.parameters(), config.grad_clip)
+            self.optimizer.step()
+            self.optimizer.zero_grad(set_to_none=True)
+            self.step = step + 1
+            running += loss_value
+            running_n += 1
+            if self.on_step is not None:
+                self.on_step(self.step, loss_value)
+            record: dict[str, float] = {}
+            if self.step % config.log_every == 0 or self.step == config.steps:
+                record.update(train_loss=running / running_n, lr=lr)
+                running, running_n = 0.0, 0
+            if config.eval_every and (self.step % config.eval_every == 0 or self.step == config.steps):
+                record["val_loss"] = self.evaluate()
+                if not math.isfinite(record["val_loss"]):
+                    status = STATUS_DIVERGED
+            if record:
+                self.history.append({"step": self.step, **record})
+            if status == STATUS_DIVERGED:
+                break
+            if config.checkpoint_every and self.step % config.checkpoint_every == 0:
+                self.save_checkpoint()
+        if self.checkpoint_dir is not None and status == STATUS_OK:
+            self.save_checkpoint()
+        return TrainResult(status, self.step, list(self.history), time.perf_counter() - start)
+
+    # ------------------------------------------------------------------ checkpoints
+    @property
+    def checkpoint_path(self) -> Path | None:
+        """``checkpoint_dir / last.safetensors`` (None without a checkpoint folder)."""
+        return None if self.checkpoint_dir is None else self.checkpoint_dir / CHECKPOINT_NAME
+
+    def save_checkpoint(self) -> Path | None:
+        """Write the checkpoint atomically (rank 0 only); return its path."""
+        path = self.checkpoint_path
+        if path is None or not self.dist.is_main:
+            return path
+        save_checkpoint(path, unwrap_model(self.model), self.optimizer, self.step,
+                        {"history": self.history, "config": asdict(self.config)})
+        return path
+
+    def load_checkpoint(self) -> bool:
+        """Restore model, optimizer, RNG, step and history if a checkpoint exists."""
+        path = self.checkpoint_path
+        if path is None or not path.exists():
+            return False
+        meta = load_checkpoint(path, unwrap_model(self.model), self.optimizer, self.dist.device)
+        self.step = int(meta["step"])
+        self.history = list(meta["extra"].get("history", []))
+        return True
+
+
+def save_checkpoint(path: str | os.PathLike, model: nn.Module,
+                    optimizer: torch.optim.Optimizer | None = None, step: int = 0,
+                    extra: dict[str, Any] | None = None) -> None:
+    """Save model and optimizer tensors to a safetensors file; the rest goes in its metadata.
+
+    Keys: ``model.<name>`` (tied weights are stored once per name), ``optim.<i>.<key>``
+    for tensor optimizer state and ``rng.cpu`` for the CPU generator state.
+    """
+    from safetensors.torch import save_file
+
+    tensors: dict[str, Tensor] = {}
+    for name, value in model.state_dict().items():
+        tensors[f"model.{name}"] = value.detach().cpu().contiguous().clone()
+    scalars: dict[str, dict[str, Any]] = {}
+    groups: list[dict[str, Any]] = []
+    if optimizer is not None:
+        state = optimizer.state_dict()
+        for index, entries in state["state"].items():
+            for key, value in entries.items():
+                if isinstance(value, Tensor):
+                    tensors[f"optim.{index}.{key}"] = value.detach().cpu().contiguous().clone()
+                else:
+                    scalars.setdefault(str(index), {})[key] = value
+        groups = state["param_groups"]
+    tensors["rng.cpu"] = torch.get_rng_state()
+    metadata = {"format": "actlab-trainer-1", "step": str(int(step)),
+                "param_groups": json.dumps(groups), "optim_scalars": json.dumps(scalars),
+                "extra": json.dumps(extra or {})}
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    save_file(tensors, str(tmp), metadata=metadata)
+    os.replace(tmp, path)
+
+
+def load_checkpoint(path: str | os.PathLike, model: nn.Module,
+                    optimizer: torch.optim.Optimizer | None = None,
+                    device: torch.device | str = "cpu") -> dict[str, Any]:
+    """Load a file written by :func:`save_checkpoint` into ``model`` (and ``optimizer``).
+
+    Returns the metadata: ``{"step": int, "extra": dict}``.
+    """
+    from safetensors import safe_open
+    from safetensors.torch import load_file
+
+    tensors = load_file(str(path))
+    with safe_open(str(path), framework="pt") as handle:
+        metadata = handle.metadata() or {}
+    if metadata.get("format") != "actlab-trainer-1":
+        raise ValueError(f"{path} is not an actlab trainer checkpoint")
+    model_state = {k[len("model."):]: v for k, v in tensors.items() if k.startswith("model.")}
+    model.load_state_dict(model_state)
+    if optimizer is not None:
+        state: dict[int, dict[str, Any]] = {}
+        for key, value in tensors.items():
+            if key.startswith("optim."):
+                _, index, name = key.split(".", 2)
+                # AdamW keeps its step count on the CPU; moments live with the parameters
+                state.setdefault(int(index), {})[name] = value if name == "step" else value.to(device)
+        for index, entries in json.loads(metadata["optim_scalars"]).items():
+            state.setdefault(int(index), {}).update(entries)
+        optimizer.load_state_dict({"state": state,
+                                   "param_groups": json.loads(metadata["param_groups"])})
+    if "rng.cpu" in tensors:
+        torch.set_rng_state(tensors["rng.cpu"])
+    return {"step": int(metadata["step"]), "extra": json.loads(metadata.get("extra", "{}"))}
+
+
+def measure_step(model: nn.Module, batch: Batch, loss_fn: LossFn = default_loss, *,
+                 dtype: str = "float32", repeats: int = 5, warmup: int = 2) -> dict[str, float]:
+    """Throughput and memory of one training step (forward, backward, AdamW update).
+
+    ``tokens_per_s``: ``batch[0].numel()`` over the median wall time of ``repeats`` steps
+    after ``warmup`` untimed ones. ``peak_bytes``: on CUDA the allocator's peak during a step;
+    on CPU (no allocator statistics) parameters + gradients + AdamW's two moments plus the
+    bytes of every distinct tensor autograd saves for backward (counted with
+    ``torch.autograd.graph.saved_tensors_hooks``). The model is trained by these steps:
+    pass a copy if it matters.
+    """
+    _choose("dtype", dtype, DTYPES)
+    device = next(model.parameters()).device
+    batch = tuple(t.to(device) for t in batch)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-6)
+    autocast = (torch.autocast(device.type, dtype=torch.bfloat16) if dtype == "bfloat16"
+                else contextlib.nullcontext())
+
+    def one_step() -> None:
+        with autocast:
+            loss = loss_fn(model, batch)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    for _ in range(warmup):
+        one_step()
+    times = []
+    for _ in range(repeats):
+        _sync(device)
+        begin = time.perf_counter()
+        one_step()
+        _sync(device)
+        times.append(time.perf_counter() - begin)
+    times.sort()
+    tokens_per_s = batch[0].numel() / times[len(times) // 2]
+
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+        one_step()
+        peak = float(torch.cuda.max_memory_allocated(device))
+    else:
+        saved: dict[tuple[int, int], int] = {}
+        weights = {p.untyped_storage().data_ptr() for p in model.parameters()}
+
+        def pack(t: Tensor) -> Tensor:
+            storage = t.untyped_storage()
+            if storage.data_ptr() not in weights:  # parameters are counted once, below
+                saved[(storage.data_ptr(), storage.nbytes())] = storage.nbytes()
+            return t
+
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), autocast:
+            loss = loss_fn(model, batch)
+        loss.backward()
+        optimizer.zero_grad(set_to_none=True)
+        param_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+        peak = float(4 * param_bytes + sum(saved.values()))
+    return {"tokens_per_s": tokens_per_s, "peak_bytes": peak, "step_seconds": times[len(times) // 2]}
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
