@@ -581,7 +581,8 @@ def teacher_student_figures(config: Any, table: Any, data: dict[str, Any],
         if not planes:
             continue
         views = [v for v in ("unshifted", "shifted", "shifted_offplane") if v in planes]
-        fig, axes = plt.subplots(1, len(views), figsize=(5 * len(views), 4.2), squeeze=False)
+        fig, axes = plt.subplots(1, len(views), figsize=(5.5 * len(views), 4.4), squeeze=False,
+                                 layout="constrained")
         for ax, view in zip(axes[0], views):
             plane = planes[view]
             z = np.log10(np.maximum(np.asarray(plane["loss"]), 1e-12))

@@ -269,7 +269,7 @@ class TeacherStudent(Experiment):
             if first.get("measured") is not None and first.get("theory") is not None:
                 held = abs(first["measured"] - first["theory"]) < 10.0
                 rows.append(Claim(
-                    f"initial gradients nearly orthogonal, close to theory ({activation})",
+                    f"initial gradient angle matches the one-layer theory ({activation})",
                     f"angle at k=1: {first['measured']:.1f} deg measured vs "
                     f"{first['theory']:.1f} deg theory (held: within 10 deg)",
                     held, "000 App. B.2, Table 2",
