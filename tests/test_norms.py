@@ -21,11 +21,13 @@ def _flatten_reduce(x: torch.Tensor, dims: tuple[int, ...]) -> torch.Tensor:
     return x.permute(*keep, *dims).reshape(*[x.shape[d] for d in keep], -1)
 
 
-@pytest.mark.parametrize("shape,dims,q", [
-    ((6, 37), (1,), 0.3), ((6, 37), (1,), 0.5), ((4, 3, 5, 5), (0, 2, 3), 0.73),
-    ((50,), (0,), 0.9), ((3, 9), (1,), 0.0), ((3, 9), (1,), 1.0), ((2, 4, 10), (2,), 0.125),
+@pytest.mark.parametrize("shape,dims,q,interpolation", [
+    ((6, 37), (1,), 0.3, "linear"), ((6, 37), (1,), 0.5, "linear"),
+    ((4, 3, 5, 5), (0, 2, 3), 0.73, "linear"), ((50,), (0,), 0.9, "linear"),
+    ((3, 9), (1,), 0.0, "linear"), ((3, 9), (1,), 1.0, "linear"), ((3, 9), (1,), 1.0, "midpoint"),
+    ((2, 4, 10), (2,), 0.125, "linear"), ((6, 37), (1,), 0.3, "lower"),
+    ((6, 37), (1,), 0.3, "higher"), ((6, 37), (1,), 0.3, "nearest"), ((6, 37), (1,), 0.3, "midpoint"),
 ])
-@pytest.mark.parametrize("interpolation", ["linear", "lower", "higher", "nearest", "midpoint"])
 def test_percentile_matches_torch_quantile_forward_and_backward(shape, dims, q, interpolation):
     gen = torch.Generator().manual_seed(1)
     x = torch.randn(shape, dtype=torch.float64, generator=gen, requires_grad=True)
@@ -184,3 +186,33 @@ def test_make_norm_options_and_errors():
         make_norm("layernorm:q=0.3", 4)
     with pytest.raises(ValueError, match="q must be"):
         make_norm("percentile:q=1.5", 4)
+
+
+@pytest.mark.parametrize("flavour,shape,q", [("layer", (3, 4, 9), 0.3), ("layer", (5, 6), 1.0),
+                                             ("batch", (5, 3, 2, 3), 0.5), ("batch", (7, 4), 0.3)])
+def test_fused_backward_matches_autograd_of_quantile_formula(flavour, shape, q):
+    gen = torch.Generator().manual_seed(11)
+    x = torch.randn(shape, dtype=torch.float64, generator=gen, requires_grad=True)
+    c = shape[-1] if flavour == "layer" else shape[1]
+    norm = (PercentileLayerNorm if flavour == "layer" else PercentileBatchNorm)(c, q=q).double()
+    with torch.no_grad():
+        norm.weight.uniform_(0.5, 1.5, generator=gen)
+        norm.bias.uniform_(-0.5, 0.5, generator=gen)
+    if flavour == "layer":
+        center = torch.quantile(x, q, dim=-1, keepdim=True)
+        var = x.var(-1, unbiased=False, keepdim=True)
+        ref = (x - center) / torch.sqrt(var + 1e-5) * norm.weight + norm.bias
+    else:
+        dims = (0, *range(2, x.dim()))
+        bshape = [1, c] + [1] * (x.dim() - 2)
+        center = torch.quantile(_flatten_reduce(x, dims), q, dim=-1).view(bshape)
+        var = x.var(dims, unbiased=False, keepdim=True)
+        ref = (x - center) / torch.sqrt(var + 1e-5) * norm.weight.view(bshape) + norm.bias.view(bshape)
+    y = norm(x)
+    torch.testing.assert_close(y, ref)
+    g = torch.randn(y.shape, dtype=torch.float64, generator=gen)
+    ours = torch.autograd.grad(y, (x, norm.weight, norm.bias), g)
+    theirs = torch.autograd.grad(ref, (x, norm.weight, norm.bias), g)
+    for a, b in zip(ours, theirs):
+        torch.testing.assert_close(a, b)
+    assert torch.autograd.gradcheck(lambda t: norm(t), (x,))

@@ -76,3 +76,14 @@ class MLP(nn.Module):
         """The weight layers in depth order, named ``layer1`` .. ``layer{depth+2}``."""
         layers = [self.input.linear, *(b.linear for b in self.blocks), self.head]
         return {f"layer{i}": layer for i, layer in enumerate(layers, start=1)}
+
+    def layer_names(self) -> dict[str, str]:
+        """Module name -> depth label (``layer1`` ..) for weight layers and activation sites.
+
+        The activation of block ``k`` shares its label with the linear layer that feeds it.
+        """
+        names = {"input.linear": "layer1", "input.act": "layer1",
+                 "head": f"layer{len(self.blocks) + 2}"}
+        for i in range(len(self.blocks)):
+            names[f"blocks.{i}.linear"] = names[f"blocks.{i}.act"] = f"layer{i + 2}"
+        return names

@@ -92,6 +92,144 @@ def _normalize_dims(dim: int | Sequence[int], ndim: int) -> tuple[int, ...]:
     return tuple(sorted(out))
 
 
+def _selection_plan(q: float, n: int) -> tuple[int, float]:
+    """0-based rank of the lower order statistic and the interpolation weight (as quantile)."""
+    position = q * (n - 1)
+    lower = math.floor(position)
+    return lower, position - lower
+
+
+class _PercentileCenterScale(torch.autograd.Function):
+    """``(x - Q_q(x)) / sqrt(var(x) + eps) * w + b`` with statistics over ``(groups, n)``.
+
+    ``layout`` is ``"last"`` (statistics over the last dim; LayerNorm flavour) or
+    ``"channel"`` (statistics per channel dim 1 over all other dims; BatchNorm flavour).
+    The percentile gradient goes to the one or two selected elements, weighted as in
+    ``torch.quantile``'s linear interpolation; the variance gradient is the usual one. One
+    hand-written backward replaces a dozen autograd nodes (this layer's speed is the point).
+    """
+
+    @staticmethod
+    def forward(ctx, x: Tensor, weight: Tensor | None, bias: Tensor | None, q: float, eps: float,
+                layout: str):  # noqa: D102
+        if layout == "last":
+            n = x.shape[-1]
+            flat = x.reshape(-1, n)
+            bshape: list[int] = [*x.shape[:-1], 1]
+            affine_shape = [-1]
+        else:
+            channels = x.shape[1]
+            flat = x.transpose(0, 1).reshape(channels, -1)
+            n = flat.shape[1]
+            bshape = [1, channels] + [1] * (x.dim() - 2)
+            affine_shape = bshape
+        lower, frac = _selection_plan(q, n)
+        below, below_idx = flat.kthvalue(lower + 1, dim=-1, keepdim=True)
+        if frac > 0.0:
+            greater = flat > below
+            masked = torch.where(greater, flat, math.inf)
+            above, above_idx = masked.min(dim=-1, keepdim=True)
+            # rank lower+1 is still `below` when fewer than n-lower-1 elements exceed it
+            tied = greater.sum(-1, keepdim=True) < n - lower - 1
+            above = torch.where(tied, below, above)
+            above_idx = torch.where(tied, below_idx, above_idx)
+            center = torch.lerp(below, above, frac)
+        else:
+            above_idx = below_idx
+            center = below
+        # PyTorch's fused mean-centering norms give (x - mean) * rstd, mean and rstd in one
+        # pass; re-centering at the percentile is one more: x_hat = out + (mean - center) * rstd.
+        if layout == "last":
+            out, mean, rstd = torch.native_layer_norm(x, [n], None, None, eps)
+        else:
+            out, mean, rstd = torch.native_batch_norm(x, None, None, None, None, True, 0.0, eps)
+        mean, rstd = mean.reshape(bshape), rstd.reshape(bshape)
+        var = rstd.pow(-2) - eps
+        center_b = center.reshape(bshape)
+        x_hat = out + (mean - center_b) * rstd
+        y = x_hat
+        if weight is not None:
+            y = y * weight.reshape(affine_shape)
+        if bias is not None:
+            y = y + bias.reshape(affine_shape)
+        ctx.save_for_backward(x_hat, weight, rstd, center_b - mean, below_idx, above_idx)
+        ctx.mark_non_differentiable(center, var)
+        ctx.meta = (layout, frac, n, x.shape, bias is not None, affine_shape)
+        return y, center, var
+
+    @staticmethod
+    def backward(ctx, grad_y: Tensor, _grad_center: Tensor, _grad_var: Tensor):  # noqa: D102
+        x_hat, weight, rstd, center_minus_mean, below_idx, above_idx = ctx.saved_tensors
+        layout, frac, n, shape, has_bias, affine_shape = ctx.meta
+        dims = [-1] if layout == "last" else [0, *range(2, len(shape))]
+        other = list(range(len(shape) - 1)) if layout == "last" else dims
+        grad_w = grad_b = None
+        if weight is not None and ctx.needs_input_grad[1]:
+            grad_w = (grad_y * x_hat).sum(other).reshape(weight.shape)
+        if has_bias and ctx.needs_input_grad[2]:
+            grad_b = grad_y.sum(other).reshape(-1)
+        grad_x = None
+        if ctx.needs_input_grad[0]:
+            g_hat = grad_y * weight.reshape(affine_shape) if weight is not None else grad_y
+            sum_g = g_hat.sum(dims, keepdim=True)
+            sum_gx = (g_hat * x_hat).sum(dims, keepdim=True)
+            # (x - mean) * rstd = x_hat + (center - mean) * rstd
+            centered = x_hat + center_minus_mean * rstd
+            grad_x = ((g_hat - centered * (sum_gx / n)) * rstd).contiguous()
+            # the percentile term reaches only the selected elements
+            coef = -(sum_g * rstd).reshape(-1, 1)
+            _scatter_selected(grad_x, layout, below_idx, coef * (1.0 - frac))
+            if frac > 0.0:
+                _scatter_selected(grad_x, layout, above_idx, coef * frac)
+        return grad_x, grad_w, grad_b, None, None, None
+
+
+class _FrozenAffine(torch.autograd.Function):
+    """Accumulation Stop's fixed map ``(x - center) / sqrt(var + eps) * w + b`` per channel (dim 1).
+
+    Forward is one multiply-add; backward is PyTorch's fused eval-mode BatchNorm backward,
+    whose gradients are exactly those of this map (input, weight and bias in one sweep).
+    """
+
+    @staticmethod
+    def forward(ctx, x: Tensor, center: Tensor, var: Tensor, weight: Tensor | None,
+                bias: Tensor | None, eps: float):  # noqa: D102
+        shape = [1, x.shape[1]] + [1] * (x.dim() - 2)
+        scale = torch.rsqrt(var + eps)
+        if weight is not None:
+            scale = scale * weight
+        shift = -center * scale
+        if bias is not None:
+            shift = shift + bias
+        ctx.save_for_backward(x, center, var, weight)
+        ctx.eps, ctx.has_bias = eps, bias is not None
+        return torch.addcmul(shift.reshape(shape), x, scale.reshape(shape))
+
+    @staticmethod
+    def backward(ctx, grad_y: Tensor):  # noqa: D102
+        x, center, var, weight = ctx.saved_tensors
+        mask = [ctx.needs_input_grad[0], weight is not None and ctx.needs_input_grad[3],
+                ctx.has_bias and ctx.needs_input_grad[4]]
+        grad_x, grad_w, grad_b = torch.ops.aten.native_batch_norm_backward(
+            grad_y.contiguous(), x, weight, center, var, None, None, False, ctx.eps, mask)
+        return (grad_x if mask[0] else None, None, None, grad_w if mask[1] else None,
+                grad_b if mask[2] else None, None)
+
+
+def _scatter_selected(grad_x: Tensor, layout: str, idx: Tensor, values: Tensor) -> None:
+    """Add ``values`` (one per statistics group) at the selected positions ``idx`` of ``grad_x``."""
+    if layout == "last":
+        grad_x.view(-1, grad_x.shape[-1]).scatter_add_(1, idx, values)
+        return
+    # channel layout: flat index k of channel c is (sample k // S, spatial k % S)
+    channels = grad_x.shape[1]
+    spatial = grad_x[0, 0].numel()
+    k = idx.reshape(-1)
+    c = torch.arange(channels, device=grad_x.device)
+    linear = (k // spatial) * (channels * spatial) + c * spatial + k % spatial
+    grad_x.view(-1).index_add_(0, linear, values.reshape(-1).to(grad_x.dtype))
+
+
 class RMSNorm(nn.Module):
     """Root-mean-square normalization without centering: ``x / sqrt(mean(x^2) + eps) * w``.
 
@@ -151,13 +289,6 @@ class _PercentileNorm(nn.Module):
     def _update(self, running: Tensor, value: Tensor) -> None:
         running.lerp_(value.detach().to(running.dtype), self.momentum)
 
-    def _affine(self, x_hat: Tensor, shape: Sequence[int]) -> Tensor:
-        if self.weight is not None:
-            x_hat = x_hat * self.weight.reshape(shape)
-        if self.bias is not None:
-            x_hat = x_hat + self.bias.reshape(shape)
-        return x_hat
-
     def _apply_fixed(self, x: Tensor, center: Tensor, var: Tensor, shape: Sequence[int]) -> Tensor:
         """``(x - center) / sqrt(var + eps)`` with affine, folded into one multiply-add."""
         scale = torch.rsqrt(var + self.eps)
@@ -194,20 +325,18 @@ class PercentileBatchNorm(_PercentileNorm):
         """Percentile-center and scale ``x`` per channel."""
         if x.dim() < 2 or x.shape[1] != self.num_features:
             raise ValueError(f"expected (N, {self.num_features}, ...) input, got {tuple(x.shape)}")
-        shape = [1, self.num_features] + [1] * (x.dim() - 2)
         if not self.training or self.frozen:
-            return self._apply_fixed(x, self.running_center.reshape(shape),
-                                     self.running_var.reshape(shape), shape)
-        dims = [0] + list(range(2, x.dim()))
-        center = percentile(x, self.q, dims, keepdim=True)
-        var = x.var(dim=dims, unbiased=False, keepdim=True)
+            return _FrozenAffine.apply(x, self.running_center, self.running_var, self.weight,
+                                       self.bias, self.eps)
+        y, center, var = _PercentileCenterScale.apply(x, self.weight, self.bias, self.q, self.eps,
+                                                      "channel")
         self.stats_computed += 1
         with torch.no_grad():
             n = x.numel() // self.num_features
             self._update(self.running_center, center.reshape(-1))
             self._update(self.running_var, var.reshape(-1) * n / max(n - 1, 1))
             self.num_batches_tracked += 1
-        return self._affine((x - center) * torch.rsqrt(var + self.eps), shape)
+        return y
 
 
 class PercentileLayerNorm(_PercentileNorm):
@@ -234,9 +363,15 @@ class PercentileLayerNorm(_PercentileNorm):
         if x.shape[-1] != self.num_features:
             raise ValueError(f"expected last dim {self.num_features}, got {tuple(x.shape)}")
         if self.frozen:
+            if x.dim() == 2 and self.running_center.numel() == 1:
+                # one statistic for all rows: a per-feature map, the fused path applies
+                return _FrozenAffine.apply(x, self.running_center.expand(self.num_features),
+                                           self.running_var.expand(self.num_features),
+                                           self.weight, self.bias, self.eps)
             return self._apply_fixed(x, self.running_center, self.running_var, [-1])
-        center = percentile(x, self.q, -1, keepdim=True)
-        var = x.var(dim=-1, unbiased=False, keepdim=True)
+        y, center, var = _PercentileCenterScale.apply(x, self.weight, self.bias, self.q, self.eps,
+                                                      "last")
+        center = center.reshape(var.shape)
         self.stats_computed += 1
         if self.training:
             with torch.no_grad():
@@ -250,7 +385,7 @@ class PercentileLayerNorm(_PercentileNorm):
                 self._update(self.running_center, center.mean(0))
                 self._update(self.running_var, var.mean(0))
                 self.num_batches_tracked += 1
-        return self._affine((x - center) * torch.rsqrt(var + self.eps), [-1])
+        return y
 
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):  # noqa: D401
         # Running statistics are sized lazily; take the saved shape.

@@ -1,0 +1,164 @@
+"""Percentile Centering speed: selection vs torch.quantile vs LayerNorm, and Accumulation Stop.
+
+Times forward + backward (input and parameter gradients) of
+
+* ``dynamic``: Percentile Centering with statistics computed by selection (``kthvalue``);
+* ``quantile``: the same layer with the percentile from ``torch.quantile`` (a full sort);
+* ``frozen``: the layer after Accumulation Stop (running statistics, nothing computed);
+* ``layernorm``: PyTorch's fused ``nn.LayerNorm`` (the baseline), and on the 4-d shape
+  also ``nn.BatchNorm2d`` for reference;
+
+on a ``(256, 1024)`` token batch (LayerNorm flavour, statistics per row) and a
+``(64, 64, 32, 32)`` feature map (BatchNorm flavour, statistics per channel; LayerNorm
+baseline over ``(C, H, W)``). Goals: dynamic at least 2x faster than the quantile version;
+frozen at least as fast as LayerNorm (ratio >= 1.0). Prints the ratios and, last, one JSON
+line of figures.
+
+By default it runs on one thread and measures that thread's CPU time
+(``time.thread_time``), which other processes on a shared machine barely disturb;
+``--clock wall`` measures wall time instead. The median of several repeats is used.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from collections.abc import Callable
+
+import torch
+from torch import Tensor, nn
+
+from actlab.nn.norms import PercentileBatchNorm, PercentileLayerNorm
+
+
+class QuantileReference(nn.Module):
+    """Percentile Centering with ``torch.quantile``: the straightforward implementation."""
+
+    def __init__(self, num_features: int, q: float, per_channel: bool) -> None:
+        super().__init__()
+        self.q, self.per_channel = q, per_channel
+        self.weight = nn.Parameter(torch.ones(num_features))
+        self.bias = nn.Parameter(torch.zeros(num_features))
+        self.eps = 1e-5
+
+    def forward(self, x: Tensor) -> Tensor:
+        if self.per_channel:
+            dims = [0, 2, 3]
+            c = x.shape[1]
+            flat = x.transpose(0, 1).reshape(c, -1)
+            center = torch.quantile(flat, self.q, dim=1).view(1, c, 1, 1)
+            shape = (1, c, 1, 1)
+        else:
+            dims = [-1]
+            center = torch.quantile(x, self.q, dim=-1, keepdim=True)
+            shape = (-1,)
+        var = x.var(dim=dims, unbiased=False, keepdim=True)
+        y = (x - center) * torch.rsqrt(var + self.eps)
+        return y * self.weight.view(shape) + self.bias.view(shape)
+
+
+CLOCKS = {"cpu": time.thread_time, "wall": time.perf_counter}
+clock = CLOCKS["cpu"]
+
+
+def time_fwd_bwd(module: nn.Module, x: Tensor, repeats: int, inner: int) -> float:
+    """Median seconds of one forward + backward over ``repeats`` timings of ``inner`` calls."""
+    grad = torch.randn_like(x)
+
+    def once() -> None:
+        xi = x.detach().requires_grad_(True)
+        module(xi).backward(grad)
+
+    for _ in range(2):
+        once()
+    times = []
+    for _ in range(repeats):
+        start = clock()
+        for _ in range(inner):
+            once()
+        times.append((clock() - start) / inner)
+    return statistics.median(times)
+
+
+def check_same(a: nn.Module, b: nn.Module, x: Tensor) -> None:
+    """The selection and quantile layers agree (so the timings compare like with like)."""
+    torch.testing.assert_close(a(x), b(x), rtol=1e-4, atol=1e-4)
+
+
+def bench_shape(shape: tuple[int, ...], q: float, repeats: int, inner: int,
+                emit: Callable[[str], None]) -> dict[str, float]:
+    """Time the variants on one shape; return the ratios."""
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(shape, generator=gen)
+    per_channel = len(shape) == 4
+    if per_channel:
+        dynamic: nn.Module = PercentileBatchNorm(shape[1], q=q)
+        frozen: nn.Module = PercentileBatchNorm(shape[1], q=q, freeze_after=1)
+        layernorm: nn.Module = nn.LayerNorm(list(shape[1:]))
+        extra = {"batchnorm2d": nn.BatchNorm2d(shape[1])}
+    else:
+        dynamic = PercentileLayerNorm(shape[-1], q=q)
+        frozen = PercentileLayerNorm(shape[-1], q=q, freeze_after=1)
+        layernorm = nn.LayerNorm(shape[-1])
+        extra = {}
+    quantile = QuantileReference(shape[1] if per_channel else shape[-1], q, per_channel)
+    check_same(dynamic, quantile, x)
+    frozen(x)  # one warm-up step collects the statistics, then Accumulation Stop
+    assert frozen.frozen
+    computed = frozen.stats_computed
+    times = {"dynamic": time_fwd_bwd(dynamic, x, repeats, inner),
+             "quantile": time_fwd_bwd(quantile, x, repeats, inner),
+             "frozen": time_fwd_bwd(frozen, x, repeats, inner),
+             "layernorm": time_fwd_bwd(layernorm, x, repeats, inner)}
+    assert frozen.stats_computed == computed, "frozen layer computed statistics"
+    for name, module in extra.items():
+        times[name] = time_fwd_bwd(module, x, repeats, inner)
+    label = "x".join(map(str, shape))
+    emit(f"shape {label} (q={q}): " + ", ".join(f"{k} {v * 1e3:.2f} ms" for k, v in times.items()))
+    ratios = {
+        f"dynamic_speedup_vs_quantile_{label}": times["quantile"] / times["dynamic"],
+        f"frozen_speed_vs_layernorm_{label}": times["layernorm"] / times["frozen"],
+        f"dynamic_speed_vs_layernorm_{label}": times["layernorm"] / times["dynamic"],
+    }
+    if "batchnorm2d" in times:
+        ratios[f"frozen_speed_vs_batchnorm2d_{label}"] = times["batchnorm2d"] / times["frozen"]
+    emit(f"  dynamic is {ratios[f'dynamic_speedup_vs_quantile_{label}']:.2f}x faster than "
+         f"torch.quantile (goal >= 2)")
+    emit(f"  frozen runs at {ratios[f'frozen_speed_vs_layernorm_{label}']:.2f}x LayerNorm's "
+         f"speed (goal >= 1.0); dynamic at {ratios[f'dynamic_speed_vs_layernorm_{label}']:.2f}x")
+    return ratios
+
+
+def main() -> None:
+    """Run the benchmark and print the figures (JSON on the last line)."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--inner", type=int, default=5)
+    parser.add_argument("--q", type=float, default=0.7)
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (0: leave as is)")
+    parser.add_argument("--clock", choices=sorted(CLOCKS), default="cpu",
+                        help="cpu: this thread's CPU time (needs --threads 1); wall: elapsed time")
+    parser.add_argument("--quick", action="store_true", help="fewer repeats")
+    args = parser.parse_args()
+    global clock
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    if args.clock == "cpu" and torch.get_num_threads() != 1:
+        parser.error("--clock cpu measures one thread: use --threads 1 or --clock wall")
+    clock = CLOCKS[args.clock]
+    repeats, inner = (3, 2) if args.quick else (args.repeats, args.inner)
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} thread(s), {args.clock} clock, "
+          f"median of {repeats} x {inner}")
+    figures: dict[str, float] = {}
+    for shape in ((256, 1024), (64, 64, 32, 32)):
+        figures.update(bench_shape(shape, args.q, repeats, inner, print))
+    goals = {k: v for k, v in figures.items() if k.startswith(("dynamic_speedup", "frozen_speed_vs_layernorm"))}
+    met = all(v >= (2.0 if k.startswith("dynamic_speedup") else 1.0) for k, v in goals.items())
+    print(f"goals {'met' if met else 'NOT met'}: " + ", ".join(f"{k}={v:.2f}" for k, v in goals.items()))
+    print(json.dumps({k: round(v, 3) for k, v in figures.items()}))
+
+
+if __name__ == "__main__":
+    main()

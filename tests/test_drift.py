@@ -1,0 +1,85 @@
+"""The drift experiment at a tiny scale: units, rows, summary keys, claims, config errors."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+import torch
+
+from actlab.errors import ConfigError
+from actlab.runner.config import build_config
+from actlab.runner.experiment import METRIC_COLUMNS, RunContext, UnitContext, get_experiment
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
+
+
+TINY = {"activations": "relu,tanh,sugar", "conditions": "main,sweep", "steps": 120,
+        "hidden": 32, "in_dim": 32, "n_random": 512, "record_every": 40, "loss_every": 5,
+        "lr": 0.05, "sweep": "sgd:0.05,momentum:0.05", "sweep_activations": "relu"}
+
+
+def _run(tmp_path, overrides):
+    exp = get_experiment("drift")
+    config = build_config(exp.Config, overrides)
+    rows, results = [], []
+    for unit in exp.units(config):
+        res = exp.run_unit(config, unit, [0], UnitContext(workdir=tmp_path))
+        rows += res.rows
+        results.append({"unit": unit, "seeds": [0], "status": res.status, "error": res.error,
+                        "data": res.data})
+    table = pd.DataFrame(rows, columns=list(METRIC_COLUMNS))
+    ctx = RunContext(out_dir=tmp_path, figures_dir=tmp_path / "figures")
+    summary = exp.summarize(config, table, results, ctx)
+    return exp, summary, table
+
+
+def test_drift_tiny_run_summary_and_claims(tmp_path):
+    exp, summary, table = _run(tmp_path, TINY)
+    acts = summary["activations"]
+    assert set(acts) == {"relu", "tanh", "sugar"}
+    for entry in acts.values():
+        for key in ("mean_shift_first_layer", "mean_shift_later_layers", "preact_grad_mean_sign",
+                    "final_sparsity", "final_neg_frac"):
+            assert key in entry
+    relu = acts["relu"]
+    # the shift is the last recorded weight mean minus the first, averaged over layers 2..6
+    wm = table[(table["run"] == "main/relu") & (table["metric"] == "weight_mean")]
+    per_layer = wm.sort_values("step").groupby("layer")["value"].agg(lambda v: v.iloc[-1] - v.iloc[0])
+    expected = per_layer[[f"layer{i}" for i in range(2, 7)]].mean()
+    assert relu["mean_shift_later_layers"] == pytest.approx(expected, rel=1e-9)
+    assert relu["mean_shift_later_layers"] < 0 and relu["preact_grad_mean_sign"] == 1
+    assert abs(acts["tanh"]["mean_shift_later_layers"]) < abs(relu["mean_shift_later_layers"])
+    # sugar shares init and batches with relu, and still trains differently
+    assert acts["sugar"]["loss_gap_vs_relu"] > 1e-4
+    # ReLU's eval sparsity equals its share of negative inputs (exact zeros)
+    assert relu["final_sparsity"] == pytest.approx(relu["final_neg_frac"], abs=1e-6)
+    assert set(summary["sweep"]["relu"]) == {"sgd:0.05", "momentum:0.05"}
+    claims = exp.claims(summary)
+    assert claims and all(c.held in (True, False, None) for c in claims)
+    assert any("momentum" in c.claim for c in claims)
+    assert (tmp_path / "figures" / "drift_main.png").exists()
+
+
+def test_drift_is_deterministic(tmp_path):
+    small = {**TINY, "activations": "noisy_relu", "conditions": "main", "steps": 30}
+    _, first, _ = _run(tmp_path, small)
+    _, second, _ = _run(tmp_path, small)
+    assert first["activations"] == second["activations"]
+
+
+def test_drift_config_errors_name_the_field():
+    exp = get_experiment("drift")
+    with pytest.raises(ConfigError, match="conditions"):
+        build_config(exp.Config, {"conditions": "main,bogus"})
+    with pytest.raises(ConfigError, match="sweep"):
+        build_config(exp.Config, {"sweep": "sdg:0.1"})
+    with pytest.raises(ConfigError, match="init"):
+        build_config(exp.Config, {"init": "kaiming"})
+    with pytest.raises(ConfigError, match="activations"):
+        build_config(exp.Config, {"activations": "rleu"})
