@@ -1,0 +1,315 @@
+"""``vit-shift``: a small ViT on digits with ``gelu`` vs ``gelu:adaptive`` (seed 000 §4.1, App. E).
+
+The adaptive shift (eq. 9) subtracts, in every MLP, the current mean over the hidden neurons
+from each neuron's GELU output. Both models of a seed share initial weights and batch
+order. At log- and linearly-spaced checkpoints we evaluate the training loss (whole training
+set, eval mode), test loss and test accuracy, and, on the test images, the mean of the
+residual stream after every block (``hidden_mean``, the statistic of §2.2) and the mean
+post-activation output of every MLP (``act_mean``).
+
+Residuals are paired per seed, ``shifted - unshifted`` (Fig. 6). The overshoot of a
+hidden-state trajectory is its largest deviation from its final value (the definition the
+teacher-student experiments use), measured after the last block; ``overshoot_per_block``
+lists every block.
+
+``summary.json``: ``test_acc_unshifted``, ``test_acc_shifted``, ``test_loss_residual_final``,
+``train_loss_residual_final``, ``acc_residual_final``, ``overshoot_unshifted``,
+``overshoot_shifted`` (seed means), plus early residuals, per-condition details and the scale.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+
+from actlab.errors import ConfigError
+from actlab.experiments import _ts_common as ts
+from actlab.experiments.bias_component import early_step, paired_residual
+from actlab.runner.experiment import (
+    STATUS_DIVERGED,
+    Claim,
+    Experiment,
+    RunContext,
+    UnitContext,
+    UnitResult,
+    register,
+)
+from actlab.train.classify import OPTIMIZERS, TrainSettings, torch_threads
+
+PREFIX = "vit"
+CONDITIONS = ("unshifted", "shifted")
+EARLY_FRACTION = 0.05  # "early" comparison point: the checkpoint nearest 5% of training
+
+
+@dataclass
+class ViTShiftConfig:
+    """Scale and settings of the ViT study (see the module docstring)."""
+
+    unshifted: str = "gelu"
+    shifted: str = "gelu:adaptive"
+    dim: int = 64
+    depth: int = 4
+    heads: int = 4
+    patch_size: int = 2
+    mlp_ratio: float = 2.0
+    steps: int = 3000
+    batch_size: int = 128
+    optimizer: str = "adamw"
+    lr: float = 1e-3
+    weight_decay: float = 0.05
+    log_points: int = 40
+    loss_every: int = 10
+    threads: int = 1
+
+    def __post_init__(self) -> None:
+        for name in ("dim", "depth", "heads", "patch_size", "steps", "batch_size", "log_points",
+                     "loss_every", "threads"):
+            if getattr(self, name) < 1:
+                raise ConfigError(name, f"must be >= 1, got {getattr(self, name)}")
+        if self.dim % self.heads:
+            raise ConfigError("heads", f"dim {self.dim} is not divisible by heads {self.heads}")
+        if 8 % self.patch_size:
+            raise ConfigError("patch_size", f"must divide the 8x8 digits, got {self.patch_size}")
+        if not self.mlp_ratio > 0:
+            raise ConfigError("mlp_ratio", f"must be > 0, got {self.mlp_ratio}")
+        if not self.lr > 0 or self.weight_decay < 0:
+            raise ConfigError("lr", f"need lr > 0 and weight_decay >= 0, got {self.lr}, "
+                              f"{self.weight_decay}")
+        if self.optimizer not in OPTIMIZERS:
+            raise ConfigError("optimizer", f"must be one of {', '.join(OPTIMIZERS)}, "
+                              f"got {self.optimizer!r}")
+        import actlab
+
+        for name in ("unshifted", "shifted"):
+            try:
+                actlab.activation(getattr(self, name))
+            except ValueError as exc:
+                raise ConfigError(name, str(exc)) from None
+
+
+@torch.no_grad()
+def stream_statistics(model: Any, x: torch.Tensor) -> dict[tuple[str, str], float]:
+    """``{(layer, metric): value}``: each block's ``hidden_mean`` and each activation's
+    ``act_mean`` over the images ``x``, measured by :class:`actlab.Probe` in eval mode."""
+    from actlab.probe.probe import Probe
+
+    was_training = model.training
+    model.eval()
+    probe = Probe(model, every=[0], blocks=list(model.blocks), weights=False,
+                  metrics=["hidden_mean", "act_mean"])
+    try:
+        model(x)
+        probe.step()
+        table = probe.table()
+    finally:
+        probe.close()
+        model.train(was_training)
+    return {(_short(row.layer), row.metric): float(row.value) for row in table.itertuples()}
+
+
+def _short(layer: str) -> str:
+    """``blocks.3`` -> ``block3``, ``blocks.3.mlp.act`` -> ``act3``."""
+    parts = layer.split(".")
+    if len(parts) >= 2 and parts[0] == "blocks" and parts[1].isdigit():
+        return f"block{parts[1]}" if len(parts) == 2 else f"act{parts[1]}"
+    return layer
+
+
+def train_vit(config: ViTShiftConfig, activation: str, seed: int, data: Any,
+              result: UnitResult, run: str, progress: Any = None) -> str:
+    """Train one ViT with ``activation``; add its checkpoint rows to ``result``; the status."""
+    from actlab.nn.vit import ViT
+    from actlab.train.classify import evaluate, train
+
+    torch.manual_seed(seed)  # same seed, same initial weights for both activations
+    model = ViT(image_size=8, patch_size=config.patch_size, in_channels=1,
+                num_classes=data.num_classes, dim=config.dim, depth=config.depth,
+                heads=config.heads, mlp_ratio=config.mlp_ratio, activation=activation)
+    checkpoints = set(ts.log_steps(config.steps, config.log_points))
+
+    def checkpoint(updates: int) -> None:
+        train_metrics = evaluate(model, data.x_train, data.y_train)
+        test_metrics = evaluate(model, data.x_test, data.y_test)
+        result.add(run, seed, updates, "", "train_loss", train_metrics["loss"])
+        result.add(run, seed, updates, "", "train_accuracy", train_metrics["accuracy"])
+        result.add(run, seed, updates, "", "test_loss", test_metrics["loss"])
+        result.add(run, seed, updates, "", "test_accuracy", test_metrics["accuracy"])
+        for (layer, metric), value in stream_statistics(model, data.x_test).items():
+            result.add(run, seed, updates, layer, metric, value)
+
+    def on_step(step: int, value: float) -> None:
+        updates = step + 1
+        if step % config.loss_every == 0 or updates == config.steps:
+            result.add(run, seed, updates, "", "batch_loss", value)
+        if updates in checkpoints:
+            checkpoint(updates)
+
+    checkpoint(0)
+    settings = TrainSettings(optimizer=config.optimizer, lr=config.lr, steps=config.steps,
+                             batch_size=config.batch_size, weight_decay=config.weight_decay)
+    outcome = train(model, data.x_train, data.y_train, settings,
+                    generator=torch.Generator().manual_seed(seed), on_step=on_step,
+                    progress=progress)
+    if outcome.status == STATUS_DIVERGED:
+        result.add(run, seed, outcome.steps + 1, "", "test_loss", math.nan)
+    return outcome.status
+
+
+def _fmt(value: Any, digits: int = 3) -> str:
+    return "n/a" if value is None or not math.isfinite(value) else f"{value:.{digits}g}"
+
+
+@register
+class ViTShift(Experiment):
+    """Small ViT on digits: unshifted vs adaptively shifted GELU (loss residuals, overshoot)."""
+
+    name = "vit-shift"
+    description = ("Small ViT on digits, gelu vs gelu:adaptive: train/test loss and accuracy "
+                   "residuals, hidden-state overshoot (seed 000 §4.1, App. E)")
+    Config = ViTShiftConfig
+    quick = {"steps": 300, "log_points": 20, "dim": 48, "depth": 3}
+    full = {"steps": 6000, "log_points": 50}
+    default_seeds = 3
+    seeds_per_unit = 1
+
+    def units(self, config: ViTShiftConfig) -> list[dict[str, Any]]:
+        """One unit per condition."""
+        return [{"condition": c, "activation": getattr(config, c)} for c in CONDITIONS]
+
+    def run_unit(self, config: ViTShiftConfig, unit: dict[str, Any], seeds: list[int],
+                 ctx: UnitContext) -> UnitResult:
+        """Train the condition's ViT for each seed."""
+        from actlab.data.digits import load_digits
+
+        result = UnitResult()
+        data = load_digits()
+        run = f"{PREFIX}/{unit['condition']}"
+        with torch_threads(config.threads):
+            for seed in seeds:
+                if train_vit(config, unit["activation"], seed, data, result, run,
+                             ctx.progress) == STATUS_DIVERGED:
+                    result.status = STATUS_DIVERGED
+        return result
+
+    def summarize(self, config: ViTShiftConfig, table: pd.DataFrame,
+                  results: list[dict[str, Any]], ctx: RunContext) -> dict:
+        """Final accuracies, paired residuals, overshoot; Fig. 6 and Fig. 7(a) figures."""
+        last_block = f"block{config.depth - 1}"
+        summary: dict[str, Any] = {
+            "scale": {"steps": config.steps, "batch_size": config.batch_size, "dim": config.dim,
+                      "depth": config.depth, "heads": config.heads,
+                      "optimizer": f"{config.optimizer} lr={config.lr:g} "
+                                   f"wd={config.weight_decay:g}",
+                      "seeds": sorted({int(s) for s in table["seed"]}) if len(table) else []},
+            "failed_units": [r["unit"] for r in results if r["status"] != "ok"],
+        }
+        for cond in CONDITIONS:
+            run = f"{PREFIX}/{cond}"
+            entry: dict[str, Any] = {}
+            for metric in ("test_accuracy", "test_loss", "train_loss", "train_accuracy"):
+                curve = ts.curves(table, run, metric)
+                if not curve.empty:
+                    entry[f"final_{metric}"] = ts.finite_mean(curve.iloc[-1])
+                    entry[f"best_{metric}"] = ts.finite_mean(
+                        curve.max() if "accuracy" in metric else curve.min())
+            per_block = {}
+            for block in range(config.depth):
+                hidden = ts.curves(table, run, "hidden_mean", f"block{block}")
+                if not hidden.empty:
+                    per_block[f"block{block}"] = ts.finite_mean(ts.overshoot(hidden))
+            entry["overshoot_per_block"] = per_block
+            entry["overshoot"] = per_block.get(last_block)
+            summary[cond] = entry
+            summary[f"test_acc_{cond}"] = entry.get("final_test_accuracy")
+            summary[f"overshoot_{cond}"] = entry.get("overshoot")
+        for metric, key in (("test_loss", "test_loss"), ("train_loss", "train_loss"),
+                            ("test_accuracy", "acc")):
+            residual = paired_residual(table, metric, PREFIX)
+            if residual.empty:
+                continue
+            step = early_step(list(residual.index), config.steps, EARLY_FRACTION)
+            summary["early_step"] = step
+            summary[f"{key}_residual_final"] = ts.finite_mean(residual.iloc[-1])
+            summary[f"{key}_residual_early"] = ts.finite_mean(residual.loc[step])
+            mean = residual.mean(axis=1)
+            summary[f"{key}_residual_min"] = float(mean.min())
+            summary[f"{key}_residual_max"] = float(mean.max())
+        u = ts.curves(table, f"{PREFIX}/unshifted", "test_loss")
+        s = ts.curves(table, f"{PREFIX}/shifted", "test_loss")
+        if not u.empty and not s.empty:
+            summary["test_loss_crossover_steps"] = [
+                None if math.isnan(v) else v for v in ts.crossover_steps(u, s)]
+        _figures(config, table, ctx)
+        return summary
+
+    def claims(self, summary: dict) -> list[Claim]:
+        """Fig. 6 (early deficit, final test loss/accuracy, higher train loss) and Fig. 7(a)."""
+        src = "seed 000 §4.1, Fig. 6"
+        claims: list[Claim] = []
+        early = summary.get("acc_residual_early")
+        if early is not None:
+            claims.append(Claim("adaptive shift initially trails in test accuracy",
+                                f"accuracy residual {_fmt(early)} at step "
+                                f"{summary.get('early_step')}", early < 0, src))
+        au, as_ = summary.get("test_acc_unshifted"), summary.get("test_acc_shifted")
+        if au is not None and as_ is not None:
+            claims.append(Claim("adaptive shift ends with higher test accuracy",
+                                f"{as_:.4f} shifted vs {au:.4f} unshifted", as_ > au, src))
+        for key, text, sign in (
+                ("test_loss_residual_final", "adaptive shift ends with lower test loss", -1),
+                ("train_loss_residual_final",
+                 "adaptive shift retains a higher training loss at the end", 1)):
+            value = summary.get(key)
+            if value is not None:
+                claims.append(Claim(text, f"{key.replace('_', ' ')} {_fmt(value)}",
+                                    sign * value > 0, src))
+        ou, os_ = summary.get("overshoot_unshifted"), summary.get("overshoot_shifted")
+        if ou is not None and os_ is not None:
+            claims.append(Claim("adaptive shift suppresses the hidden-state overshoot "
+                                "(last block)", f"overshoot {_fmt(os_)} shifted vs "
+                                f"{_fmt(ou)} unshifted", os_ < ou, "seed 000 §4.1, Fig. 7(a)"))
+        return claims
+
+
+def _figures(config: ViTShiftConfig, table: pd.DataFrame, ctx: RunContext) -> None:
+    plt = ts._pyplot()
+    if table.empty:
+        return
+    fig, axes = plt.subplots(1, 3, figsize=(15, 3.8))
+    for ax, (metric, label) in zip(axes, (("train_loss", "training-loss residual"),
+                                          ("test_loss", "test-loss residual"),
+                                          ("test_accuracy", "test-accuracy residual"))):
+        residual = paired_residual(table, metric, PREFIX)
+        if residual.empty:
+            continue
+        x = np.maximum(residual.index.to_numpy(dtype=float), 1)
+        ax.plot(x, residual.to_numpy(), color="gray", alpha=0.4, lw=0.7)
+        ax.plot(x, residual.mean(axis=1).to_numpy(), color="black", lw=2)
+        ax.axhline(0, color="k", lw=0.5, ls="--")
+        ax.set_xscale("log")
+        ax.set_xlabel("step")
+        ax.set_title(f"{label} (shifted - unshifted)", fontsize=9)
+    ctx.save_figure(fig, "fig6_residuals")
+
+    fig, axes = plt.subplots(2, config.depth, figsize=(3.4 * config.depth, 6.4), squeeze=False)
+    for block in range(config.depth):
+        ts.plot_pair_curves(axes[0, block], table, PREFIX, "hidden_mean", f"block{block}")
+        axes[0, block].set_title(f"hidden-state mean after block {block}", fontsize=9)
+        ts.plot_pair_curves(axes[1, block], table, PREFIX, "act_mean", f"act{block}")
+        axes[1, block].set_title(f"MLP post-activation mean, block {block}", fontsize=9)
+    axes[0, 0].legend(fontsize=7)
+    ctx.save_figure(fig, "fig7a_hidden_mean")
+
+    fig, axes = plt.subplots(1, 3, figsize=(15, 3.8))
+    for ax, metric in zip(axes, ("train_loss", "test_loss", "test_accuracy")):
+        ts.plot_pair_curves(ax, table, PREFIX, metric)
+        ax.set_ylabel(metric.replace("_", " "))
+        if "loss" in metric:
+            ax.set_yscale("log")
+    axes[0].legend(fontsize=7)
+    ctx.save_figure(fig, "vit_curves")
