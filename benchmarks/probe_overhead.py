@@ -8,7 +8,9 @@ interleaved rounds of 10 steps (so each "every 10" round holds exactly one recor
 and the figure is the median round time of a condition over the median without the probe.
 
 Goals (issue 3): <= 1.05x recording every 10 steps, <= 1.25x recording every step.
-Timings on a shared machine are noisy; the interleaving keeps the ratios fair.
+On CPU the clock is the process's CPU time (robust to other processes sharing the cores;
+run with ``--threads 1`` so CPU time equals busy time), on GPU wall time after a
+synchronise. Timings on a shared machine are still noisy; the interleaving keeps them fair.
 
     python benchmarks/probe_overhead.py [--rounds 15] [--threads 1] [--device cpu] [--quick]
 
@@ -147,10 +149,14 @@ def measure(name: str, device: torch.device, rounds: int, quick: bool) -> dict[s
         conditions[cond] = (model, opt, probe)
     steps = {cond: 0 for cond in conditions}
 
+    # On CPU the clock is this process's CPU time: other processes sharing the cores inflate
+    # wall time at random, CPU time much less. On GPU it is wall time after a synchronise.
+    clock = time.process_time if device.type == "cpu" else time.perf_counter
+
     def run(cond: str, n: int) -> float:
         model, opt, probe = conditions[cond]
         sync(device)
-        start = time.perf_counter()
+        start = clock()
         for _ in range(n):
             loss_fn(model, steps[cond]).backward()
             opt.step()
@@ -159,7 +165,7 @@ def measure(name: str, device: torch.device, rounds: int, quick: bool) -> dict[s
                 probe.step()
             steps[cond] += 1
         sync(device)
-        return time.perf_counter() - start
+        return clock() - start
 
     for cond in conditions:  # warm-up: allocator, kernels, first recorded step
         run(cond, 10)

@@ -56,36 +56,31 @@ ALL_METRICS = ACT_FORWARD + ACT_BACKWARD + WEIGHT_STATE + WEIGHT_GRAD + BLOCK
 _LOW_PRECISION = (torch.float16, torch.bfloat16)
 
 
+def stat_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype statistics are reduced in: float32 for half types and non-floats."""
+    return torch.float32 if dtype in _LOW_PRECISION or not dtype.is_floating_point else dtype
+
+
 def _stat_dtype(t: torch.Tensor) -> torch.Tensor:
     # Half-precision moments are too coarse; reduce in float32 (float64 stays float64).
-    return t.float() if t.dtype in _LOW_PRECISION or not t.is_floating_point() else t
+    return t if t.dtype == stat_dtype(t.dtype) else t.float()
 
 
 # Counting with comparisons (``(p < 0).sum()``) and ``torch.var_mean`` are slow CPU paths
-# (bool intermediates, Welford loops: 10-100x a plain sum). The helpers below count and
-# take moments with float ops only (dot, clamp, sign, sum), which vectorise, need at most one
-# scratch tensor, and count exactly: ``sign(clamp(p, max=0))`` is -1 exactly where p < 0.
-def _mean_var(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Mean and population variance as ``E[x^2] - E[x]^2`` (one dot product, no scratch).
-
-    Accumulated in the tensor's dtype; the relative error of the variance is about
-    ``machine eps * (1 + mean^2 / var)``, negligible unless ``|mean| >> std``.
-    """
-    flat = t.reshape(-1)
-    n = max(flat.numel(), 1)
-    mean = flat.sum() / n
-    return mean, ((flat @ flat) / n - mean * mean).clamp(min=0)
+# (bool intermediates, Welford loops: 10-100x a plain sum). The device halves below use
+# float ops only (sum, dot, clamp, sign), which vectorise, reuse one scratch buffer, and count
+# exactly: ``sign(clamp(p, max=0))`` is -1 exactly where p < 0 and 0 elsewhere. They return
+# raw sums; every division, square root and pooling happens on the host in float64.
+# Variances come from ``E[x^2] - E[x]^2``, accumulated in the statistics dtype: the relative
+# error is about ``machine eps * (1 + mean^2 / var)``, negligible unless ``|mean| >> std``.
+def _count_negative(t: torch.Tensor, scratch: torch.Tensor) -> torch.Tensor:
+    """Number of elements < 0 (as a float tensor); overwrites ``scratch``."""
+    return -torch.clamp(t, max=0, out=scratch).sign_().sum()
 
 
-def _count_negative(t: torch.Tensor) -> torch.Tensor:
-    """Number of elements < 0 (as a float tensor)."""
-    return -t.clamp(max=0).sign_().sum()
-
-
-def _count_above(t: torch.Tensor, threshold: float, *, scratch: bool = False) -> torch.Tensor:
-    """Number of elements > ``threshold``; ``scratch=True`` lets it overwrite ``t``."""
-    shifted = t.sub_(threshold) if scratch else t - threshold
-    return shifted.relu_().sign_().sum()
+def _count_above(t: torch.Tensor, threshold: float, scratch: torch.Tensor) -> torch.Tensor:
+    """Number of elements > ``threshold`` (as a float tensor); ``scratch`` may be ``t``."""
+    return torch.sub(t, threshold, out=scratch).relu_().sign_().sum()
 
 
 @functools.lru_cache(maxsize=64)
@@ -95,59 +90,62 @@ def _float_below(value: float, dtype: torch.dtype) -> float:
     return float(torch.nextafter(v, torch.zeros((), dtype=dtype)))
 
 
-def forward_raw(p: torch.Tensor, a: torch.Tensor, eps: float,
-                bounds: tuple[float, float] | None, tol: float) -> torch.Tensor:
-    """Device-side moments of one forward pass through a site.
+def _var(sum_: np.ndarray | float, sumsq: np.ndarray | float, n: np.ndarray | float) -> float:
+    mean = sum_ / n
+    return float(max(sumsq / n - mean * mean, 0.0))
 
-    Returns ``[mean_p, var_p, negfrac_p, mean_a, var_a, sparse_a, max_a, min_a, sat_a]``
-    (``sat_a`` is 0 for unbounded sites).
+
+def forward_raw(p: torch.Tensor, a: torch.Tensor, eps: float,
+                bounds: tuple[float, float] | None, tol: float,
+                scratch: torch.Tensor | None = None) -> torch.Tensor:
+    """Device-side sums of one forward pass through a site.
+
+    Returns ``[sum p, sum p^2, #(p < 0), sum a, sum a^2, #(|a| >= eps), max a, min a,
+    #saturated]`` (the last is 0 for unbounded sites). ``scratch``: a reusable flat buffer of
+    at least ``max(p.numel(), a.numel())`` elements in the statistics dtype (allocating an
+    activation-sized buffer on every pass costs page faults on CPU).
     """
-    p = _stat_dtype(p.detach())
-    a = _stat_dtype(a.detach()).to(p.dtype)
-    n_p, n_a = max(p.numel(), 1), max(a.numel(), 1)
-    mean_p, var_p = _mean_var(p)
-    mean_a, var_a = _mean_var(a)
-    neg = _count_negative(p) / n_p
-    abs_a = a.abs()
-    # |a| < eps  <=>  not |a| > eps', with eps' the float just below eps
-    sparse = 1.0 - _count_above(abs_a, _float_below(eps, a.dtype)) / n_a
+    p = _stat_dtype(p.detach()).reshape(-1)
+    a = _stat_dtype(a.detach()).to(p.dtype).reshape(-1)
+    size = max(p.numel(), a.numel())
+    if scratch is None or scratch.numel() < size or scratch.dtype != p.dtype:
+        scratch = torch.empty(size, dtype=p.dtype, device=p.device)
+    buf_p, buf_a = scratch[:p.numel()], scratch[:a.numel()]
+    neg = _count_negative(p, buf_p)
     a_min, a_max = torch.aminmax(a)
+    # |a| < eps  <=>  not |a| > eps', with eps' the float just below eps
+    torch.abs(a, out=buf_a)
+    dense = _count_above(buf_a, _float_below(eps, a.dtype), buf_a)
     if bounds is None:
         sat = torch.zeros((), dtype=a.dtype, device=a.device)
     else:
         # a < low + tol  or  a > high - tol   <=>   |a - centre| > half_width - tol
         low, high = bounds
         centre, half = (low + high) / 2, (high - low) / 2
-        sat = _count_above((a - centre).abs_(), half - tol, scratch=True) / n_a
-    return torch.stack([mean_p, var_p, neg, mean_a, var_a, sparse, a_max, a_min, sat])
-
-
-def _pooled_mean_var(means: np.ndarray, variances: np.ndarray, n: np.ndarray) -> tuple[float, float]:
-    total = n.sum()
-    mean = float((n * means).sum() / total)
-    var = float((n * (variances + (means - mean) ** 2)).sum() / total)
-    return mean, var
+        torch.sub(a, centre, out=buf_a).abs_()
+        sat = _count_above(buf_a, half - tol, buf_a)
+    return torch.stack([p.sum(), p @ p, neg, a.sum(), a @ a, dense, a_max, a_min, sat])
 
 
 def combine_forward(raw: np.ndarray, n_pre: np.ndarray, n_post: np.ndarray,
                     bounded: bool) -> dict[str, float]:
     """Pool the ``forward_raw`` rows of several passes (``raw``: passes x 9) into metrics."""
-    mean_p, var_p = _pooled_mean_var(raw[:, 0], raw[:, 1], n_pre)
-    mean_a, var_a = _pooled_mean_var(raw[:, 3], raw[:, 4], n_post)
+    total = raw[:, :6].sum(axis=0)
+    n_p, n_a = n_pre.sum(), n_post.sum()
     a_max, a_min = float(raw[:, 6].max()), float(raw[:, 7].min())
     out = {
-        "preact_neg_frac": float((n_pre * raw[:, 2]).sum() / n_pre.sum()),
-        "preact_mean": mean_p,
-        "preact_std": float(np.sqrt(max(var_p, 0.0))),
-        "act_mean": mean_a,
-        "act_std": float(np.sqrt(max(var_a, 0.0))),
-        "sparsity": float((n_post * raw[:, 5]).sum() / n_post.sum()),
+        "preact_neg_frac": float(total[2] / n_p),
+        "preact_mean": float(total[0] / n_p),
+        "preact_std": float(np.sqrt(_var(total[0], total[1], n_p))),
+        "act_mean": float(total[3] / n_a),
+        "act_std": float(np.sqrt(_var(total[3], total[4], n_a))),
+        "sparsity": float(1.0 - total[5] / n_a),
         "act_max": a_max,
         "act_min": a_min,
         "act_range": a_max - a_min,
     }
     if bounded:
-        out["saturation_frac"] = float((n_post * raw[:, 8]).sum() / n_post.sum())
+        out["saturation_frac"] = float(raw[:, 8].sum() / n_a)
     return out
 
 
@@ -201,27 +199,43 @@ def combine_backward(raw: np.ndarray, numel: np.ndarray, rows: np.ndarray,
 # ----------------------------------------------------------------------------- weights
 def weight_raw_(w: torch.Tensor, w0: torch.Tensor, w_prev: torch.Tensor,
                 std0: torch.Tensor) -> torch.Tensor:
-    """Device-side ``[weight_mean, weight_std, weight_neg_frac, drift_z, dist_from_init,
-    update_norm]`` of one weight against its initial and previously recorded values.
+    """Device-side sums of one weight against its initial and previously recorded values:
+    ``[sum w, sum w^2, #(w < 0), sum |w - w0|, sum (w - w0)^2, sum (w - w_prev)^2, std(w0)]``.
 
     ``w0`` and ``w_prev`` are contiguous snapshots in the statistics dtype; ``w_prev`` doubles
     as the scratch tensor (no allocation) and holds ``w`` on return.
     """
     flat = _stat_dtype(w.detach()).reshape(-1)
-    n = max(flat.numel(), 1)
-    mean, var = _mean_var(flat)
     prev = w_prev.view(-1)
     prev.sub_(flat)
-    update = (prev @ prev).sqrt()
-    neg = -prev.copy_(flat).clamp_(max=0).sign_().sum() / n
-    prev.copy_(w0.view(-1)).sub_(flat)
-    dist = (prev @ prev).sqrt()
-    drift = prev.abs_().sum() / n / std0
+    update_sq = prev @ prev
+    torch.sub(w0.view(-1), flat, out=prev)
+    dist_sq = prev @ prev
+    l1 = prev.abs_().sum()
+    neg = _count_negative(flat, prev)
     prev.copy_(flat)
-    return torch.stack([mean, var.sqrt(), neg, drift, dist, update])
+    return torch.stack([flat.sum(), flat @ flat, neg, l1, dist_sq, update_sq, std0])
+
+
+def combine_weight(raw: np.ndarray, n: int) -> dict[str, float]:
+    """Weight metrics from one ``weight_raw_`` row of a weight with ``n`` elements."""
+    s, ss, neg, l1, dist_sq, update_sq, std0 = (float(v) for v in raw)
+    return {
+        "weight_mean": s / n,
+        "weight_std": float(np.sqrt(_var(s, ss, n))),
+        "weight_neg_frac": neg / n,
+        "drift_z": l1 / n / std0 if std0 > 0 else float("nan"),
+        "dist_from_init": float(np.sqrt(dist_sq)),
+        "update_norm": float(np.sqrt(update_sq)),
+    }
 
 
 def grad_raw(grad: torch.Tensor) -> torch.Tensor:
-    """Device-side ``[grad_norm, grad_mean]`` of an accumulated weight gradient."""
+    """Device-side ``[sum g^2, sum g]`` of an accumulated weight gradient."""
     flat = _stat_dtype(grad.detach()).reshape(-1)
-    return torch.stack([(flat @ flat).sqrt(), flat.sum() / max(flat.numel(), 1)])
+    return torch.stack([flat @ flat, flat.sum()])
+
+
+def combine_grad(raw: np.ndarray, n: int) -> dict[str, float]:
+    """``grad_norm`` and ``grad_mean`` from one ``grad_raw`` row."""
+    return {"grad_norm": float(np.sqrt(raw[0])), "grad_mean": float(raw[1] / n)}

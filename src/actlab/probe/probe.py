@@ -18,7 +18,7 @@ weights of the next step (the final weights) are recorded if that step is on the
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -64,6 +64,12 @@ def _first_tensor(value: Any) -> torch.Tensor | None:
     return None
 
 
+def _is_dense(module: nn.Module) -> bool:
+    """``nn.Linear`` or transformers' ``Conv1D`` (a linear layer with a transposed weight)."""
+    return isinstance(module, nn.Linear) or (
+        type(module).__name__ == "Conv1D" and not isinstance(module, _CONV))
+
+
 @dataclass
 class _Site:
     name: str
@@ -72,6 +78,7 @@ class _Site:
     fwd: list[tuple[torch.Tensor, int, int]] = field(default_factory=list)
     bwd: list[tuple[torch.Tensor, int, int, int]] = field(default_factory=list)
     hist: torch.Tensor | None = None
+    pending: torch.Tensor | None = None  # input of an in-place site, read before the call
 
 
 @dataclass
@@ -157,7 +164,13 @@ class Probe:
         self._attached = False
         self._paused = False
         self._closed = False
-        self._last_linear: tuple[torch.Tensor, torch.Tensor] | None = None
+        self._last_linear: tuple[torch.Tensor, torch.Tensor, nn.Module] | None = None
+        # Linear layers that fed a site (learned in the first recorded step; later steps hook
+        # only these instead of every Linear)
+        self._feeders: dict[int, nn.Module] = {}
+        self._feeders_known = False
+        self._saw_site = False
+        self._buffers: dict[tuple[torch.dtype, torch.device], torch.Tensor] = {}
         self._records: list[tuple] = []  # device-side, not yet read
         self._rows: list[tuple[int, str, str, float]] = []  # host-side
         self._hist_rows: list[tuple[int, str, str, np.ndarray]] = []
@@ -238,9 +251,10 @@ class Probe:
                 else:
                     add(site.module.register_forward_hook(self._make_site_hook(site)))
             if self._want_cov:
-                for module in self.model.modules():
-                    if isinstance(module, nn.Linear):
-                        add(module.register_forward_hook(self._linear_hook))
+                dense = (self._feeders.values() if self._feeders_known
+                         else [m for m in self.model.modules() if _is_dense(m)])
+                for module in dense:
+                    add(module.register_forward_hook(self._linear_hook))
         if self._want_blocks:
             for block in self.blocks:
                 add(block.module.register_forward_hook(self._make_block_hook(block)))
@@ -255,31 +269,45 @@ class Probe:
             handle.remove()
         self._handles.clear()
         self._last_linear = None
+        self._buffers.clear()
         self._attached = False
 
     def _linear_hook(self, module: nn.Module, inputs: tuple, output: Any) -> None:
         if not self._paused and inputs and isinstance(output, torch.Tensor):
-            self._last_linear = (output, inputs[0])
+            self._last_linear = (output, inputs[0], module)
 
     def _feeding_rows(self, p: torch.Tensor) -> tuple[torch.Tensor | None, int]:
         """Row sums of the input of the Linear whose output *is* ``p`` (same tensor object)."""
+        self._saw_site = True  # a backward-tracked site pass happened: feeders can be learned
         last = self._last_linear
         if not self._want_cov or last is None or last[0] is not p:
             return None, 0
         x = last[1]
+        self._feeders[id(last[2])] = last[2]
         return M.input_row_sums(x), x.shape[-1]
 
     def _observe(self, site: _Site, p: torch.Tensor, a: torch.Tensor | None) -> None:
         if a is None:
             return
         if self._want_fwd:
-            raw = M.forward_raw(p, a, self.eps, site.bounds, self.saturation_tol)
+            raw = M.forward_raw(p, a, self.eps, site.bounds, self.saturation_tol,
+                                self._scratch(max(p.numel(), a.numel()), p))
             site.fwd.append((raw, p.numel(), a.numel()))
         if self.hist_bins is not None:
             low, high = self.hist_range
             counts = torch.stack([M.histogram_raw(p, self.hist_bins, low, high),
                                   M.histogram_raw(a, self.hist_bins, low, high)])
             site.hist = counts if site.hist is None else site.hist + counts
+
+    def _scratch(self, numel: int, like: torch.Tensor) -> torch.Tensor:
+        """A reusable flat buffer (one per dtype and device, grown as needed)."""
+        dtype = M.stat_dtype(like.dtype)
+        key = (dtype, like.device)
+        buf = self._buffers.get(key)
+        if buf is None or buf.numel() < numel:
+            buf = torch.empty(numel, dtype=dtype, device=like.device)
+            self._buffers[key] = buf
+        return buf
 
     def _register_grad(self, site: _Site, p: torch.Tensor) -> None:
         if not (self._want_bwd and p.requires_grad and torch.is_grad_enabled()):
@@ -310,16 +338,16 @@ class Probe:
                 return
             p = inputs[0]
             # keep a copy of p's moments: the in-place call is about to overwrite p
-            site._pending = p.detach().clone()  # type: ignore[attr-defined]
+            site.pending = p.detach().clone()
             self._register_grad(site, p)
         return hook
 
     def _make_post_hook(self, site: _Site, _: None) -> Callable:
         def hook(module: nn.Module, inputs: tuple, output: Any) -> None:
-            p = getattr(site, "_pending", None)
+            p = site.pending
             if self._paused or p is None or not isinstance(output, torch.Tensor):
                 return
-            site._pending = None  # type: ignore[attr-defined]
+            site.pending = None
             self._observe(site, p, output)
         return hook
 
@@ -328,7 +356,7 @@ class Probe:
             h = _first_tensor(output)
             if self._paused or h is None:
                 return
-            block.fwd.append((M._stat_dtype(h.detach()).mean(), h.numel()))
+            block.fwd.append((M._stat_dtype(h.detach()).sum(), h.numel()))
         return hook
 
     def _make_grad_hook(self, weight: _Weight) -> Callable:
@@ -345,34 +373,29 @@ class Probe:
         with torch.no_grad():
             for weight in self.weights:
                 raw = M.weight_raw_(weight.param, weight.w0, weight.w_prev, weight.std0)
-                self._records.append(("weight", step, weight.name, raw))
+                self._records.append(("weight", step, weight.name, [raw], weight.w0.numel()))
 
     def _close_step(self, step: int) -> None:
+        # Only list moves here: stacking and conversion wait for flush(), off the hot path.
         for site in self.sites:
             if site.fwd:
-                raws = torch.stack([r for r, _, _ in site.fwd])
-                self._records.append(("fwd", step, site.name, raws,
-                                      np.array([n for _, n, _ in site.fwd], dtype=np.float64),
-                                      np.array([n for _, _, n in site.fwd], dtype=np.float64),
-                                      site.bounds is not None))
+                self._records.append(("fwd", step, site.name, [r for r, _, _ in site.fwd],
+                                      site.fwd, site.bounds is not None))
                 site.fwd = []
             if site.bwd:
-                raws = torch.stack([r for r, _, _, _ in site.bwd])
-                info = np.array([[n, rows, fan] for _, n, rows, fan in site.bwd], dtype=np.float64)
-                self._records.append(("bwd", step, site.name, raws, info))
+                self._records.append(("bwd", step, site.name, [r for r, *_ in site.bwd], site.bwd))
                 site.bwd = []
             if site.hist is not None:
-                self._records.append(("hist", step, site.name, site.hist))
+                self._records.append(("hist", step, site.name, [site.hist]))
                 site.hist = None
         for block in self.blocks:
             if block.fwd:
-                raws = torch.stack([r for r, _ in block.fwd])
-                n = np.array([n for _, n in block.fwd], dtype=np.float64)
-                self._records.append(("block", step, block.name, raws, n))
+                self._records.append(("block", step, block.name, [r for r, _ in block.fwd],
+                                      block.fwd))
                 block.fwd = []
         for weight in self.weights:
             if weight.grad is not None:
-                self._records.append(("grad", step, weight.name, weight.grad))
+                self._records.append(("grad", step, weight.name, [weight.grad], weight.w0.numel()))
                 weight.grad = None
         self._last_linear = None
 
@@ -382,6 +405,9 @@ class Probe:
             raise RuntimeError("Probe.step() after close()")
         if self._attached:
             self._close_step(self._step)
+            if self._want_cov and not self._feeders_known and self._saw_site:
+                self._feeders_known = True
+                self._detach()  # re-attached below, hooking only the learned feeders
         self._step += 1
         due = self.schedule.due(self._step)
         if due and not self._attached:
@@ -401,7 +427,7 @@ class Probe:
         """Move pending device-side records to the host (one transfer per device)."""
         if not self._records:
             return
-        tensors = [rec[3] for rec in self._records]
+        tensors = [t for rec in self._records for t in rec[3]]
         by_device: dict[torch.device, list[int]] = {}
         for i, t in enumerate(tensors):
             by_device.setdefault(t.device, []).append(i)
@@ -415,24 +441,30 @@ class Probe:
                 host[i] = values[offset:offset + size].reshape(tuple(tensors[i].shape))
                 offset += size
         wanted = set(self.metrics)
-        for rec, values in zip(self._records, host):
-            kind, step, name = rec[0], rec[1], rec[2]
+        cursor = 0
+        for rec in self._records:
+            kind, step, name, parts = rec[0], rec[1], rec[2], rec[3]
+            values = np.stack(host[cursor:cursor + len(parts)])
+            cursor += len(parts)
             if kind == "fwd":
-                out = M.combine_forward(values, rec[4], rec[5], rec[6])
+                n_pre = np.array([n for _, n, _ in rec[4]], dtype=np.float64)
+                n_post = np.array([n for _, _, n in rec[4]], dtype=np.float64)
+                out = M.combine_forward(values, n_pre, n_post, rec[5])
             elif kind == "bwd":
-                info = rec[4]
-                has_cov = bool(info[0, 2] > 0) and bool((info[:, 2] > 0).all())
+                info = np.array([[n, rows, fan] for _, n, rows, fan in rec[4]], dtype=np.float64)
+                has_cov = bool((info[:, 2] > 0).all())
                 out = M.combine_backward(values, info[:, 0], info[:, 1],
                                          info[:, 2] if has_cov else None)
             elif kind == "block":
-                out = {"hidden_mean": float((rec[4] * values).sum() / rec[4].sum())}
+                n = np.array([n for _, n in rec[4]], dtype=np.float64)
+                out = {"hidden_mean": float(values.sum() / n.sum())}
             elif kind == "weight":
-                out = dict(zip(M.WEIGHT_STATE, map(float, values)))
+                out = M.combine_weight(values[0], rec[4])
             elif kind == "grad":
-                out = dict(zip(M.WEIGHT_GRAD, map(float, values)))
+                out = M.combine_grad(values[0], rec[4])
             else:  # hist
-                self._hist_rows.append((step, name, "pre", values[0].copy()))
-                self._hist_rows.append((step, name, "post", values[1].copy()))
+                self._hist_rows.append((step, name, "pre", values[0][0].copy()))
+                self._hist_rows.append((step, name, "post", values[0][1].copy()))
                 continue
             self._rows.extend((step, name, metric, value) for metric, value in out.items()
                               if metric in wanted)
@@ -577,6 +609,7 @@ class Probe:
         self._detach()
         self.flush()
         self._closed = True
+        self._buffers.clear()
         for weight in self.weights:
             weight.w0 = weight.w_prev = torch.empty(0)
 
@@ -585,9 +618,6 @@ class Probe:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-    def __iter__(self) -> Iterator[tuple[int, str, str, float]]:
-        return iter(self.table().itertuples(index=False, name=None))
 
     def __repr__(self) -> str:
         return (f"Probe(sites={len(self.sites)}, weights={len(self.weights)}, "
