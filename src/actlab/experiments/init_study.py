@@ -145,7 +145,7 @@ def train_binary_sgd(
     (epoch 0) and after each epoch.
     """
     generator = torch.Generator().manual_seed(int(seed))
-    optimizer = torch.optim.SGD(model.parameters(), lr=lr)
+    params = [p for p in model.parameters() if p.requires_grad]
     run = BinaryRun()
     n = x.shape[0]
 
@@ -165,14 +165,15 @@ def train_binary_sgd(
         order = torch.randperm(n, generator=generator)
         for start in range(0, n - batch_size + 1, batch_size):
             idx = order[start:start + batch_size]
-            optimizer.zero_grad(set_to_none=True)
             loss = mean_bce(model(x[idx]), y[idx])
             if not torch.isfinite(loss):
                 run.diverged = True
                 run.costs.append(math.nan)
                 return run
-            loss.backward()
-            optimizer.step()
+            grads = torch.autograd.grad(loss, params)
+            with torch.no_grad():  # plain SGD (torch.optim.SGD's arithmetic, without its import cost)
+                for param, grad in zip(params, grads):
+                    param.add_(grad, alpha=-lr)
         if not record(epoch):
             return run
     return run

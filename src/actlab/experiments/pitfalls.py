@@ -113,7 +113,8 @@ def linear_collapse(config: PitfallsConfig, seed: int) -> dict:
 def constant_start(config: PitfallsConfig, seed: int) -> dict:
     """Rows of every hidden weight matrix after training from a constant start; accuracies."""
     accuracy, model = _train_spirals(config, "relu", seed, constant=config.constant_weight)
-    spread = max(float((layer.weight - layer.weight[0:1]).abs().max()) for layer in model.hidden)
+    spread = max(float((layer.weight - layer.weight[0:1]).detach().abs().max())
+                 for layer in model.hidden)
     random_accuracy, _ = _train_spirals(config, "relu", seed)
     return {"max_row_difference": spread, "constant_test_accuracy": accuracy,
             "random_test_accuracy": random_accuracy}

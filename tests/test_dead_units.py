@@ -1,0 +1,62 @@
+"""Dead-unit counting (exact over the set vs one batch) and the learning-rate mechanism."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from actlab.data.spirals import data_seed, two_spirals
+from actlab.experiments.dead_units import DeadUnitsExperiment, dead_shares
+from actlab.experiments.init_study import train_binary_sgd
+from actlab.nn.deep_mlp import deep_mlp
+
+
+def test_dead_shares_on_a_hand_built_layer():
+    model = deep_mlp(2, 4, 1, 1, activation="relu", scheme="he", seed=0)
+    x = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0], [-1.0, 0.5]], dtype=torch.float64)
+    with torch.no_grad():
+        model.hidden[0].weight.copy_(torch.tensor([[-1.0, -1.0],   # off on the first three
+                                                   [1.0, 0.0],     # on for examples 1 and 3
+                                                   [0.0, -1.0],    # never on: dead
+                                                   [0.0, 1.0]], dtype=torch.float64))
+        model.hidden[0].bias.zero_()
+    shares = dead_shares(model, x, batch_size=2)
+    # unit 0 fires on (-1, 0.5) only, unit 2 never: one dead unit of four
+    assert shares["total"] == pytest.approx(0.25)
+    assert shares["inactive_total"] == pytest.approx(0.25)
+    # batch 1 (first two examples): units 0 and 2 silent; batch 2: unit 2 only. The mean of
+    # the per-batch shares overstates the exact share.
+    assert shares["per_layer_batch"][0] >= shares["per_layer"][0]
+    assert shares["per_layer_batch"][0] == pytest.approx((2 / 4 + 1 / 4) / 2)
+
+
+def test_leaky_relu_has_no_dead_units_even_when_inactive():
+    model = deep_mlp(2, 3, 1, 1, activation="leaky_relu", scheme="he", seed=0)
+    with torch.no_grad():
+        model.hidden[0].weight.fill_(-1.0)
+        model.hidden[0].bias.fill_(-5.0)
+    x = torch.rand(10, 2, dtype=torch.float64)
+    shares = dead_shares(model, x, batch_size=5)
+    assert shares["total"] == 0.0 and shares["inactive_total"] == 1.0
+
+
+def test_large_learning_rate_kills_relu_units_small_one_does_not():
+    config = DeadUnitsExperiment.Config()
+    x, y = two_spirals(300, seed=data_seed(0))
+    result = {}
+    for lr in (config.lr_large, config.lr_small):
+        model = deep_mlp(2, 128, 1, 1, activation="relu", scheme="he", seed=0)
+        assert dead_shares(model, x, 20)["total"] == 0.0  # nothing dead at the start
+        train_binary_sgd(model, x, y, lr=lr, batch_size=20, epochs=1, seed=data_seed(0, 2))
+        result[lr] = dead_shares(model, x, 20)["total"]
+    assert result[config.lr_large] > 0.2  # the handbook: 62% after one epoch
+    assert result[config.lr_small] == 0.0
+
+
+def test_fresh_deep_stack_has_dead_units_and_one_batch_overstates():
+    x, _ = two_spirals(300, seed=data_seed(0))
+    model = deep_mlp(2, 32, 20, 1, activation="relu", scheme="he", seed=0)
+    shares = dead_shares(model, x, 20)
+    assert 0.05 < shares["total"] < 0.6  # the handbook: 22.7%
+    assert shares["per_layer"][0] == 0.0  # first layer reads the data, which spans all angles
+    assert all(b >= f for b, f in zip(shares["per_layer_batch"], shares["per_layer"]))

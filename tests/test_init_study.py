@@ -1,0 +1,131 @@
+"""The sample project's classification, training loop and experiment plumbing."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import pytest
+import torch
+
+from actlab.errors import ConfigError
+from actlab.experiments.init_study import (
+    CONFIGURATIONS,
+    InitStudyExperiment,
+    build_model,
+    classify_late_cost,
+    configuration_verdict,
+    late_cost,
+    spiral_sets,
+    train_binary_sgd,
+)
+from actlab.runner.config import build_config
+from actlab.runner.experiment import METRIC_COLUMNS, RunContext, UnitContext
+
+LN2 = math.log(2)
+
+
+def test_classification_boundaries():
+    assert classify_late_cost(LN2 / 2 - 1e-9) == "trains"
+    assert classify_late_cost(LN2 / 2) == "learns slowly"
+    assert classify_late_cost(LN2 - 0.0099) == "stalls at chance"
+    assert classify_late_cost(LN2 + 0.0099) == "stalls at chance"
+    assert classify_late_cost(LN2 - 0.02) == "learns slowly"
+    assert classify_late_cost(1.5) == "learns slowly"
+    assert classify_late_cost(math.inf) == "diverges"
+    assert classify_late_cost(math.nan) == "diverges"
+
+
+def test_late_cost_is_the_median_of_the_window_and_overflow_is_inf():
+    costs = [0.9, 0.8, 0.1, 0.5, 0.3]
+    assert late_cost(costs, 3) == 0.3
+    assert late_cost([0.5, math.nan, 0.4], 1) == math.inf
+    # the configuration takes the median over seeds; one overflow does not decide it
+    assert configuration_verdict([0.1, math.inf, 0.2]) == "trains"
+    assert configuration_verdict([math.inf, math.inf, 0.2]) == "diverges"
+    assert configuration_verdict([0.69, 0.6931, 0.2]) == "stalls at chance"
+
+
+def test_ten_configurations_with_the_published_names():
+    assert list(CONFIGURATIONS) == ["relu-default", "relu-xavier", "relu-he", "relu-1.41he",
+                                    "sigmoid-xavier", "tanh-xavier", "tanh-xavier-5/3",
+                                    "elu-he", "silu-he", "silu-gain1.68"]
+    config = InitStudyExperiment.Config()
+    he = build_model(config, "relu-he", 0).hidden[5].weight.detach()
+    big = build_model(config, "relu-1.41he", 0).hidden[5].weight.detach()
+    default = build_model(config, "relu-default", 0).hidden[5].weight.detach()
+    silu = build_model(config, "silu-gain1.68", 0).hidden[5].weight.detach()
+    assert torch.allclose(big, math.sqrt(2) * he)  # same draws, sqrt(2) x He's std
+    assert torch.allclose(default, he / math.sqrt(6))  # a sixth of He's variance
+    assert torch.allclose(silu, he * 1.6765 / math.sqrt(2), rtol=1e-4)
+
+
+def test_unknown_configuration_is_a_config_error_with_suggestion():
+    with pytest.raises(ConfigError, match="relu-he"):
+        build_config(InitStudyExperiment.Config, {"configurations": "relu-hee"})
+    with pytest.raises(ConfigError, match="late_window"):
+        build_config(InitStudyExperiment.Config, {"epochs": 5, "late_window": 6})
+
+
+def _run(exp, config, seeds, tmp_path):
+    rows, results = [], []
+    for unit in exp.units(config):
+        for seed in seeds:
+            result = exp.run_unit(config, unit, [seed], UnitContext(workdir=tmp_path))
+            rows += result.rows
+            results.append({"unit": unit, "seeds": [seed], "status": result.status,
+                            "error": result.error, "data": result.data})
+    table = pd.DataFrame(rows, columns=METRIC_COLUMNS)
+    summary = exp.summarize(config, table, results,
+                            RunContext(out_dir=tmp_path, figures_dir=tmp_path / "figures"))
+    return summary, results
+
+
+def test_overflow_is_recorded_as_diverged_not_raised(tmp_path):
+    exp = InitStudyExperiment()
+    config = build_config(exp.Config, {"configurations": "relu-1.41he", "epochs": 2,
+                                       "late_window": 1})
+    summary, results = _run(exp, config, [0], tmp_path)
+    assert results[0]["status"] == "diverged"
+    entry = summary["configurations"]["relu-1.41he"]
+    assert entry["initial_cost"][0] > 10  # the handbook: 523.9 at this scale
+    assert entry["verdict"] == "diverges" and entry["late_costs"] == [None]
+    assert entry["test_accuracy"] is None
+
+
+def test_plain_loop_equals_torch_sgd_by_hand():
+    config = build_config(InitStudyExperiment.Config, {"depth": 3, "width": 8, "n_train": 40})
+    (x, y), _ = spiral_sets(config, 1)
+    model = build_model(config, "tanh-xavier", 1)
+    reference = build_model(config, "tanh-xavier", 1)
+    run = train_binary_sgd(model, x, y, lr=0.1, batch_size=20, epochs=2, seed=7)
+    generator = torch.Generator().manual_seed(7)
+    for _ in range(2):
+        order = torch.randperm(40, generator=generator)
+        for start in (0, 20):
+            idx = order[start:start + 20]
+            reference.zero_grad()
+            torch.nn.functional.binary_cross_entropy_with_logits(
+                reference(x[idx]).reshape(-1), y[idx]).backward()
+            with torch.no_grad():
+                for p in reference.parameters():
+                    p -= 0.1 * p.grad
+    for p, q in zip(model.parameters(), reference.parameters()):
+        assert torch.allclose(p, q, atol=1e-14)
+    assert len(run.costs) == 3 and not run.diverged
+
+
+def test_experiment_small_scale_summary_keys(tmp_path):
+    exp = InitStudyExperiment()
+    config = build_config(exp.Config, {"configurations": "relu-he,sigmoid-xavier", "depth": 4,
+                                       "width": 8, "n_train": 40, "n_test": 40, "epochs": 4,
+                                       "late_window": 2})
+    summary, _ = _run(exp, config, [0, 1], tmp_path)
+    for name in ("relu-he", "sigmoid-xavier"):
+        entry = summary["configurations"][name]
+        assert set(entry) >= {"verdict", "late_costs", "test_accuracy"}
+        assert len(entry["late_costs"]) == 2 and 0 <= entry["test_accuracy"] <= 1
+        assert len(entry["grad_norms_before_seed0"]) == 5
+    assert not summary["protocol"]["comparable_with_handbook"]
+    assert all(c.held is None for c in exp.claims(summary))  # shortened protocol decides nothing
+    assert (tmp_path / "figures" / "init_study_costs.png").exists()

@@ -1,0 +1,70 @@
+"""The pitfalls demonstrations: each measured number and its expected relation."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from actlab.experiments.pitfalls import (
+    PitfallsConfig,
+    constant_start,
+    default_linear_scale,
+    expected_relations,
+    uniform_bound_as_std,
+    variance_vs_second_moment,
+    wrong_fan_in_axis,
+)
+
+
+def test_uniform_bound_as_std_is_three_to_the_depth_exactly():
+    out = uniform_bound_as_std(0)
+    assert out["ratio"] == pytest.approx(59049.0, rel=1e-9)
+
+
+def test_wrong_fan_in_axis():
+    out = wrong_fan_in_axis(0)
+    assert out["right_std"] == pytest.approx(0.0816, abs=5e-5)
+    assert out["wrong_std"] == pytest.approx(0.1414, abs=5e-5)
+    assert out["ratio"] == pytest.approx(math.sqrt(3), rel=1e-12)
+
+
+def test_variance_instead_of_second_moment():
+    out = variance_vs_second_moment(0)
+    assert out["relu_variance"] == pytest.approx((math.pi - 1) / (2 * math.pi), abs=1e-12)
+    assert out["wrong_gain"] == pytest.approx(1.7129, abs=5e-5)
+    assert out["right_gain"] == pytest.approx(math.sqrt(2), abs=1e-12)
+    # the wrong gain grows the signal by 1.7129^2 / 2 = 1.467 per layer
+    assert 30 < out["net_input_second_moment_growth"] < 300
+
+
+def test_default_linear_scale_leaves_only_the_biases():
+    out = default_linear_scale(0)
+    assert out["kaiming_output_spread"] > 0.01  # the handbook: 0.132
+    assert out["default_output_spread"] < 1e-6  # the handbook: 8.67e-9
+    assert out["default_output_spread"] < 1e-6 * out["default_mean_abs_output"]
+
+
+def test_constant_start_keeps_rows_equal():
+    config = PitfallsConfig(epochs=3)
+    out = constant_start(config, 0)
+    assert out["max_row_difference"] < 1e-12
+
+
+def test_relations_fail_for_wrong_numbers():
+    good = {
+        "linear_collapse": {"max_abs_difference": 1e-16, "linear_test_accuracy": 0.64,
+                            "relu_test_accuracy": 0.92},
+        "constant_start": {"max_row_difference": 0.0, "constant_test_accuracy": 0.61,
+                           "random_test_accuracy": 0.92},
+        "default_linear_scale": {"ratio": 1e-8, "default_output_spread": 1e-9,
+                                 "default_mean_abs_output": 0.03},
+        "wrong_fan_in_axis": wrong_fan_in_axis(0),
+        "uniform_bound_as_std": {"ratio": 59049.0},
+        "variance_vs_second_moment": variance_vs_second_moment(0),
+    }
+    assert all(held for _, held in expected_relations(good).values())
+    bad = dict(good, uniform_bound_as_std={"ratio": 3.0**9},
+               constant_start=dict(good["constant_start"], max_row_difference=0.1))
+    relations = expected_relations(bad)
+    assert not relations["uniform_bound_as_std"][1] and not relations["constant_start"][1]
