@@ -174,7 +174,7 @@ def worked_example_values(config: WorkedExampleConfig | None = None) -> dict:
 def _fmt(values) -> str:
     if isinstance(values, (list, tuple)):
         return "(" + ", ".join(_fmt(v) for v in values) + ")"
-    value = float(values)
+    value = float(values) + 0.0  # no "-0.0000"
     if value != 0 and (abs(value) < 1e-3 or abs(value) >= 1e5):
         return f"{value:.4e}"
     return f"{value:.4f}"
