@@ -216,3 +216,29 @@ def test_fused_backward_matches_autograd_of_quantile_formula(flavour, shape, q):
     for a, b in zip(ours, theirs):
         torch.testing.assert_close(a, b)
     assert torch.autograd.gradcheck(lambda t: norm(t), (x,))
+
+
+@pytest.mark.parametrize("flavour,shape", [("layer", (6, 5)), ("layer", (3, 4, 5)), ("batch", (6, 5)),
+                                           ("batch", (3, 5, 2, 2))])
+def test_frozen_and_eval_paths_match_the_affine_formula_with_gradients(flavour, shape):
+    gen = torch.Generator().manual_seed(12)
+    c = 5
+    norm = (PercentileLayerNorm if flavour == "layer" else PercentileBatchNorm)(c, freeze_after=2).double()
+    for _ in range(2):
+        norm(torch.randn(shape, dtype=torch.float64, generator=gen) + 0.5)
+    with torch.no_grad():
+        norm.weight.uniform_(0.5, 1.5, generator=gen)
+        norm.bias.uniform_(-0.5, 0.5, generator=gen)
+    x = torch.randn(shape, dtype=torch.float64, generator=gen, requires_grad=True)
+    y = norm(x)
+    if flavour == "layer":
+        center, var, bshape = norm.running_center, norm.running_var, [-1]
+    else:
+        bshape = [1, c] + [1] * (len(shape) - 2)
+        center, var = norm.running_center.view(bshape), norm.running_var.view(bshape)
+    ref = (x - center) / torch.sqrt(var + norm.eps) * norm.weight.view(bshape) + norm.bias.view(bshape)
+    torch.testing.assert_close(y, ref)
+    g = torch.randn(y.shape, dtype=torch.float64, generator=gen)
+    params = (x, norm.weight, norm.bias)
+    for a, b in zip(torch.autograd.grad(y, params, g), torch.autograd.grad(ref, params, g)):
+        torch.testing.assert_close(a, b)

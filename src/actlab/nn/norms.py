@@ -195,6 +195,7 @@ class _FrozenAffine(torch.autograd.Function):
     def forward(ctx, x: Tensor, center: Tensor, var: Tensor, weight: Tensor | None,
                 bias: Tensor | None, eps: float):  # noqa: D102
         shape = [1, x.shape[1]] + [1] * (x.dim() - 2)
+        center, var = center.contiguous(), var.contiguous()  # the fused kernel needs real strides
         scale = torch.rsqrt(var + eps)
         if weight is not None:
             scale = scale * weight

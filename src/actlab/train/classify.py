@@ -222,3 +222,70 @@ def activation_statistics(model: nn.Module, x: Tensor, *, batch_size: int = 512,
         stats["mean"] = {m: float(sum(s[m] for s in stats.values() if m in s) /
                                   max(1, sum(m in s for s in stats.values()))) for m in metrics}
     return stats
+
+
+MODEL_KINDS = ("mlp", "mlp-skip", "resnet", "vit")
+
+
+def build_classifier(kind: str, data, activation: str, *, pre_norm: str | None = None,
+                     norm: str | None = None, norm_bias: bool = True, hidden: int = 128,
+                     seed: int = 0) -> nn.Module:
+    """A CPU-scale classifier for ``data`` (an :class:`~actlab.data.digits.ImageData`).
+
+    ``kind``: ``mlp`` / ``mlp-skip`` (the seed's 5-block MLP, hidden ``hidden``), ``resnet``
+    (widths 8-16-32, BatchNorm) or ``vit`` (width 32, 2 blocks, 2 heads, patch 2).
+    ``pre_norm`` is the norm directly before every activation (the MLP's and ResNet's norm,
+    the ViT's ``mlp_norm``), ``norm`` the ViT's pre-norms (``layernorm`` by default);
+    ``None`` keeps each model's default. Parameters are drawn from ``seed``.
+    """
+    from actlab.nn.mlp import MLP
+    from actlab.nn.resnet import ResNet
+    from actlab.nn.vit import ViT
+
+    _check("model", kind, MODEL_KINDS)
+    channels, size, _ = data.image_shape
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        if kind in ("mlp", "mlp-skip"):
+            return MLP(data.in_features, data.num_classes, hidden=hidden, depth=5,
+                       activation=activation, norm=pre_norm or "none", skip=kind == "mlp-skip",
+                       norm_bias=norm_bias)
+        if kind == "resnet":
+            return ResNet(channels, data.num_classes, widths=(8, 16, 32), blocks=1,
+                          activation=activation, norm=pre_norm or "batchnorm", norm_bias=norm_bias)
+        return ViT(image_size=size, patch_size=2, in_channels=channels, num_classes=data.num_classes,
+                   dim=32, depth=2, heads=2, activation=activation, norm=norm or "layernorm",
+                   mlp_norm=pre_norm or "none", norm_bias=norm_bias)
+
+
+@dataclass
+class FitOutcome:
+    """What :func:`fit_and_measure` found: accuracy and activation statistics on the test set."""
+
+    status: str
+    accuracy: float
+    neg_frac: float
+    sparsity: float
+    steps: int
+    seconds: float
+    final_loss: float
+
+
+def fit_and_measure(model: nn.Module, data, settings: TrainSettings, *, seed: int,
+                    progress: Callable[..., Iterable] | None = None) -> FitOutcome:
+    """Train ``model`` on ``data``'s training split, then measure test accuracy and the mean
+    over activation sites of the negative-input share and the sparsity (eval mode).
+
+    A diverged run returns ``status="diverged"`` with ``nan`` measurements.
+    """
+    torch.manual_seed(seed)  # noise inside activations (noisy_relu)
+    result = train(model, data.x_train, data.y_train, settings,
+                   generator=torch.Generator().manual_seed(seed), progress=progress)
+    if result.status != STATUS_OK:
+        return FitOutcome(result.status, math.nan, math.nan, math.nan, result.steps,
+                          result.seconds, math.nan)
+    accuracy = evaluate(model, data.x_test, data.y_test)["accuracy"]
+    stats = activation_statistics(model, data.x_test).get("mean", {})
+    return FitOutcome(STATUS_OK, accuracy, stats.get("preact_neg_frac", math.nan),
+                      stats.get("sparsity", math.nan), result.steps, result.seconds,
+                      result.final_loss)

@@ -1,0 +1,95 @@
+"""The sparsity, sparse-activations, relufication and accumulation-stop experiments, tiny scale."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+import torch
+
+from actlab.errors import ConfigError
+from actlab.runner.config import build_config
+from actlab.runner.experiment import METRIC_COLUMNS, RunContext, UnitContext, get_experiment
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
+
+
+def _run(name, overrides, tmp_path, seeds=(0,)):
+    exp = get_experiment(name)
+    config = build_config(exp.Config, overrides)
+    rows, results = [], []
+    for unit in exp.units(config):
+        res = exp.run_unit(config, unit, list(seeds), UnitContext(workdir=tmp_path))
+        rows += res.rows
+        results.append({"unit": unit, "seeds": list(seeds), "status": res.status,
+                        "error": res.error, "data": res.data})
+    table = pd.DataFrame(rows, columns=list(METRIC_COLUMNS))
+    summary = exp.summarize(config, table, results, RunContext(tmp_path, tmp_path / "figures"))
+    return exp, summary
+
+
+def test_sparsity_points_fit_and_claims(tmp_path):
+    exp, summary = _run("sparsity", {"models": "mlp,mlp-skip", "steps": 25,
+                                     "percentile_levels": "0.5,0.9", "topk_levels": "0.5,0.1"}, tmp_path)
+    points = summary["points"]
+    assert len(points) == 8
+    assert {"model", "method", "level", "accuracy", "neg_frac", "sparsity"} <= set(points[0])
+    for key in ("A", "B", "N", "r2", "cliff_sparsity"):
+        assert key in summary
+    # Percentile Centering (LayerNorm flavour, no learned shift) sets ReLU's zero share to q
+    for p in points:
+        if p["method"] == "percentile":
+            assert p["sparsity"] == pytest.approx(p["level"], abs=0.02)
+        else:  # Top-K keeps about a fraction K of GELU's outputs
+            assert p["sparsity"] >= 1 - p["level"] - 0.05
+    # every group's best point is normalised to 1
+    groups = {(p["model"], p["method"]) for p in points}
+    for g in groups:
+        assert max(p["normalized_accuracy"] for p in points if (p["model"], p["method"]) == g) == 1.0
+    assert any("Percentile Centering" in c.claim for c in exp.claims(summary))
+    assert (tmp_path / "figures" / "sparsity_cliff.png").exists()
+
+
+def test_sparse_activations_table_with_two_seeds(tmp_path):
+    exp, summary = _run("sparse-activations", {"activations": "relu,gelu,sugar,noisy_relu",
+                                               "setups": "mlp:none,vit:layernorm", "steps": 15},
+                        tmp_path, seeds=(0, 1))
+    cell = summary["table"]["mlp:none"]["relu"]
+    assert cell["seeds"] == 2 and cell["accuracy_sd"] is not None
+    # ReLU's zeros are exactly its negative inputs; GELU makes (almost) no exact zeros
+    assert cell["sparsity_mean"] == pytest.approx(cell["neg_frac_mean"], abs=1e-6)
+    assert summary["table"]["mlp:none"]["gelu"]["sparsity_mean"] < 0.05
+    assert len(summary["table_text"]) == 2
+    claims = exp.claims(summary)
+    assert any("NoisyReLU" in c.claim for c in claims)
+    with pytest.raises(ConfigError, match="setups"):
+        build_config(exp.Config, {"setups": "mlp:layrnorm"})
+
+
+def test_relufication_swaps_every_gelu(tmp_path):
+    exp, summary = _run("relufication", {"models": "mlp", "steps": 30}, tmp_path)
+    e = summary["models"]["mlp"]
+    assert e["before_sparsity"] < 0.05  # GELU: no exact zeros
+    # after the swap (and after fine-tuning) the zeros are exactly the negative inputs
+    assert e["swapped_sparsity"] == pytest.approx(e["swapped_neg_frac"], abs=1e-6)
+    assert e["after_sparsity"] == pytest.approx(e["after_neg_frac"], abs=1e-6)
+    assert e["swapped_sparsity"] > 0.2
+    assert "accuracy_drop_pp" in e and exp.claims(summary)
+
+
+def test_accumulation_stop_freezes_and_reports_ratios(tmp_path):
+    exp, summary = _run("accumulation-stop", {"models": "mlp", "steps": 40, "warmup": 10}, tmp_path)
+    entry = summary["models"]["mlp"]
+    assert set(entry) == {"layernorm", "batchnorm", "percentile", "percentile-frozen"}
+    assert entry["layernorm"]["ratio_to_layernorm"] == 1.0
+    # statistics were computed during warm-up only (10 steps), every step when dynamic
+    assert entry["percentile-frozen"]["stat_computations"] == 10
+    assert entry["percentile"]["stat_computations"] == 41  # 40 steps + 1 evaluation pass
+    assert len(exp.claims(summary)) == 3
+    with pytest.raises(ConfigError, match="warmup"):
+        build_config(exp.Config, {"warmup": 500, "steps": 100})
