@@ -55,6 +55,9 @@ from actlab.train.classify import OPTIMIZERS, TrainSettings, torch_threads
 PREFIX = "ae"
 CONDITIONS = ("unshifted", "shifted")
 PARTS = ("full", "bias", "dev")
+# Per-model summary keys; None when no checkpoint qualifies (see describe_condition).
+LANDMARKS = ("similarity_peak_step", "similarity_peak", "similarity_final", "final_loss",
+             "first_trained_step", "similarity_first_trained")
 # A rise or fall of the bias-only similarity counts when it exceeds this (correlation units);
 # fixed before any run, as a plain "clearly more than noise between checkpoints" margin.
 RISE_FALL_MARGIN = 0.05
@@ -297,6 +300,7 @@ class BiasComponent(Experiment):
         for cond in CONDITIONS:
             summary[cond] = describe_condition(table, f"{PREFIX}/{cond}", config.min_fit)
             summary[f"final_loss_{cond}"] = summary[cond].get("final_loss")
+        summary.update(early_step=None, loss_residual_early=None, loss_residual_final=None)
         residual = paired_residual(table, "test_loss")
         if not residual.empty:
             summary["early_step"] = early_step(list(residual.index), config.steps)
@@ -353,18 +357,19 @@ def describe_condition(table: pd.DataFrame, run: str, min_fit: float = 0.5) -> d
     """
     sim = ts.curves(table, run, "bias_correlation")
     loss = ts.curves(table, run, "test_loss")
+    out: dict[str, Any] = dict.fromkeys(LANDMARKS)
     if sim.empty or loss.empty:
-        return {"status": "missing"}
+        return {**out, "status": "missing"}
     mean = sim.mean(axis=1)
     mean_loss = loss.mean(axis=1)
     fitted = mean_loss.index[(mean_loss <= min_fit * mean_loss.iloc[0]) & (mean_loss.index > 0)]
     trained = mean[mean.index.isin(fitted)].dropna()
-    out: dict[str, Any] = {
+    out.update({
         "similarity_initial": ts.finite_mean([mean.iloc[0]]),
         "final_step": int(mean.index[-1]),
         "final_loss": ts.finite_mean(loss.iloc[-1]),
         "seeds": int(sim.shape[1]),
-    }
+    })
     if not trained.empty:
         out.update(similarity_peak_step=int(trained.idxmax()),
                    similarity_peak=float(trained.max()),

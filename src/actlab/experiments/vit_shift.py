@@ -229,6 +229,7 @@ class ViTShift(Experiment):
             summary[f"overshoot_{cond}"] = entry.get("overshoot")
         for metric, key in (("test_loss", "test_loss"), ("train_loss", "train_loss"),
                             ("test_accuracy", "acc")):
+            summary[f"{key}_residual_final"] = summary[f"{key}_residual_early"] = None
             residual = paired_residual(table, metric, PREFIX)
             if residual.empty:
                 continue
