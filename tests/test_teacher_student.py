@@ -137,7 +137,7 @@ def test_shift_sweep_size_sweep_ablations_end_to_end(tmp_path):
                         [0], tmp_path)
     for variant in ("post_norm", "bias", "soft_ce"):
         assert abl[variant]["final_loss_shifted"] > 0
-    assert abl["soft_ce"]["final_loss_shifted"] > abl["bias"]["final_loss_shifted"]  # CE >= entropy
+    assert abl["soft_ce"]["final_loss_shifted"] < 0.5  # KL to the teacher, not CE (~ log d)
     for fig in ("fig9_shift_sweep", "fig12_size_grid", "fig13_optimal_shifts", "fig14_ablations"):
         assert (tmp_path / "figures" / f"{fig}.png").exists(), fig
 

@@ -251,6 +251,10 @@ def train_students(
     x_eval = gaussian_inputs(seeds, settings.eval_size, settings.d, "eval", dtype)
     y_eval = targets_from_teacher(teacher, x_eval, settings.loss)
     x_eval_m, y_eval_m = per_member(x_eval), per_member(y_eval)
+    # Soft-target CE never reaches zero: log KL = CE - H(teacher) so curves are comparable.
+    floor = torch.zeros(C * n, dtype=dtype)
+    if settings.loss == "soft_ce":
+        floor = -(y_eval_m * torch.log(y_eval_m.clamp_min(1e-30))).sum(-1).mean(-1)
     if on_start is not None:
         on_start(teacher, _MemberView(ens, names, n), x_eval, y_eval)
 
@@ -276,7 +280,7 @@ def train_students(
     def log(ti: int, step: int) -> None:
         with torch.no_grad():
             out, stats = ens.call(x_eval_m, return_stats=True)["all"]
-            losses = split(torch.vmap(loss_fn)(out, y_eval_m))
+            losses = split(torch.vmap(loss_fn)(out, y_eval_m) - floor)
             hid, pst = split(stats["hidden_mean"]), split(stats["post_act_mean"])
             flat = ens.flat_params("all") if checkpoint_seed_index is not None else None
         for c in names:
