@@ -138,7 +138,7 @@ def main() -> None:
         t_l = time.perf_counter() - t0
         trace: list[float] = []
         pyhessian_power(model, x, y, seed, max_iter=500, trace=trace)
-        _, oracle_p = None, first_within(trace, ref)
+        oracle_p = first_within(trace, ref)
         alphas, betas, _ = lanczos_tridiagonal(op, 60, torch.randn(op.dim, generator=torch.Generator().manual_seed(seed)))
         ritz = []
         for j in range(1, len(alphas) + 1):
