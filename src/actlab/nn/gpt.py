@@ -209,8 +209,10 @@ class GPT(nn.Module):
         logits = self.lm_head(self.norm_f(x))
         loss = None
         if targets is not None:
-            loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(),
-                                   targets.reshape(-1), ignore_index=-1)
+            flat = logits.reshape(-1, logits.shape[-1])
+            if flat.dtype in (torch.float16, torch.bfloat16):
+                flat = flat.float()  # the softmax of a bf16 autocast run in float32
+            loss = F.cross_entropy(flat, targets.reshape(-1), ignore_index=-1)
         return logits, loss
 
     def num_params(self, embeddings: bool = True) -> int:

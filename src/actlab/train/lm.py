@@ -78,6 +78,8 @@ def train_gpt(model_config: GPTConfig, train_config: TrainConfig, corpus: TextCo
     if model is None:
         model = GPT(model_config, seed=seed)
     model = model.to(dist.device)
+    if train_config.dtype == "float64":
+        model = model.to(dtype=torch.float64)  # before DDP builds its gradient buckets
     train_batch, validation = lm_batches(corpus, batch_size, model_config.block_size, seed,
                                          eval_batches)
     trainer = Trainer(wrap_model(model, dist), train_config, train_batch, validation, dist=dist,

@@ -12,8 +12,9 @@ rank draws the same global batch and keeps its own slice
   gains), global gradient-norm clipping;
 * evaluation on ``eval_batches()`` at step 0, every ``eval_every`` steps and at the end, in
   eval mode (the model's previous mode is restored afterwards);
-* ``dtype="bfloat16"`` runs forward passes under ``torch.autocast``; ``compile=True`` runs
-  them through ``torch.compile`` (parameters stay in float32 either way);
+* ``dtype="bfloat16"`` runs forward passes under ``torch.autocast`` (parameters stay in
+  float32); ``dtype="float64"`` converts the model to float64 (for exact comparisons, e.g.
+  DDP against one process); ``compile=True`` runs forward passes through ``torch.compile``;
 * a non-finite loss stops the run with status ``diverged`` (never an exception);
 * ``checkpoint_dir``: ``last.safetensors`` (model, AdamW state, RNG, step, history) every
   ``checkpoint_every`` steps and at the end; ``Trainer.fit(resume=True)`` continues from it
@@ -41,7 +42,7 @@ from actlab.errors import ConfigError
 from actlab.train.distributed import DistInfo, all_reduce_mean, shard, unwrap_model
 
 SCHEDULES = ("cosine", "linear", "constant")
-DTYPES = ("float32", "bfloat16")
+DTYPES = ("float32", "float64", "bfloat16")
 STATUS_OK = "ok"
 STATUS_DIVERGED = "diverged"
 CHECKPOINT_NAME = "last.safetensors"
@@ -184,6 +185,10 @@ class Trainer:
         self.config = config
         self.dist = dist or DistInfo()
         self.model = model.to(self.dist.device)
+        if config.dtype == "float64" and any(p.dtype != torch.float64 for p in model.parameters()):
+            if model is not unwrap_model(model):
+                raise ValueError("dtype float64: convert the model before wrapping it in DDP")
+            self.model.to(dtype=torch.float64)
         self.train_batch = train_batch
         self.eval_batches = eval_batches
         self.loss_fn = loss_fn
@@ -381,6 +386,8 @@ def measure_step(model: nn.Module, batch: Batch, loss_fn: LossFn = default_loss,
     """
     _choose("dtype", dtype, DTYPES)
     device = next(model.parameters()).device
+    if dtype == "float64":
+        model.to(dtype=torch.float64)
     batch = tuple(t.to(device) for t in batch)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-6)
     autocast = (torch.autocast(device.type, dtype=torch.bfloat16) if dtype == "bfloat16"

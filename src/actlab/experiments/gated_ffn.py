@@ -1,0 +1,281 @@
+"""``gated-ffn``: plain ReLU/GELU FFNs vs ReGLU/GEGLU/SwiGLU at matched parameters, under the
+controlled-selection protocol of seed 002.
+
+Protocol, fixed before any run (the config holds every choice and threshold):
+
+1. same data split (stdlib corpus), initialisation family (GPT-2 normal), optimizer
+   (AdamW, warmup + cosine), number of steps and stopping rule (fixed steps; a non-finite
+   loss stops the run and counts as a failed run);
+2. plain FFNs of width ``m = mlp_ratio * d``; gated FFNs of the parameter-matched width
+   ``g = matched_width(d, m)`` (``2m/3`` without biases), so totals are equal;
+3. reported per variant: hidden width, total and FFN parameters, FLOPs per token (model
+   and FFN), peak training-step memory, tokens/s at ``dtype``;
+4. several seeds (paired: same initialisation seed and batches), mean ± sd, failed runs;
+5. throughput measured end to end (a full training step) at the chosen dtype;
+6. thresholds set in advance: a variant is *eligible* if it had no failed run, runs at
+   ``>= min_speed_ratio`` of the plain baseline's tokens/s and needs ``<= max_memory_ratio``
+   of its memory; among eligible variants the one with the lowest mean loss is *selected*,
+   but it replaces the baseline only if it beats the baseline by more than
+   ``quality_margin`` plus the larger of the two seed sds.
+"""
+
+from __future__ import annotations
+
+import copy
+import statistics
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from actlab.errors import ConfigError
+from actlab.nn.ffn import GATE_KINDS, ffn_flops_per_token
+from actlab.nn.gpt import GPT
+from actlab.runner.experiment import (
+    STATUS_DIVERGED,
+    Claim,
+    Experiment,
+    RunContext,
+    UnitContext,
+    UnitResult,
+    register,
+)
+from actlab.train.classify import torch_threads
+from actlab.train.lm import LMScale, lm_batches, train_gpt
+from actlab.train.loop import measure_step
+
+SOURCE = "seed 002, Controlled Selection; GLU and Gated FFNs"
+VARIANTS = ["relu", "gelu", "reglu", "geglu", "swiglu"]
+
+
+def _ffn_fields(variant: str) -> dict[str, str]:
+    """GPTConfig fields of a variant: a gated kind, or a plain FFN's activation spec."""
+    return {"ffn": variant} if variant in GATE_KINDS else {"ffn": "plain", "activation": variant}
+
+
+@dataclass
+class GatedFFNConfig(LMScale):
+    """Tiny-GPT scale, the variants, the baseline and the selection thresholds."""
+
+    variants: list[str] = field(default_factory=lambda: list(VARIANTS))
+    baseline: str = "gelu"
+    timing_repeats: int = 5
+    min_speed_ratio: float = 0.75
+    max_memory_ratio: float = 1.25
+    quality_margin: float = 0.0
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not self.variants:
+            raise ConfigError("variants", "needs at least one variant")
+        for variant in self.variants:
+            try:
+                self.model_config(**_ffn_fields(variant))
+                if variant not in GATE_KINDS:
+                    from actlab.activations.spec import activation
+
+                    activation(variant)
+            except ValueError as exc:
+                raise ConfigError("variants", str(exc)) from None
+        if self.baseline not in self.variants:
+            raise ConfigError("baseline", f"must be one of the variants {self.variants}, got "
+                                          f"{self.baseline!r}")
+        if self.timing_repeats < 1:
+            raise ConfigError("timing_repeats", f"must be >= 1, got {self.timing_repeats}")
+        if not 0 < self.min_speed_ratio <= 1:
+            raise ConfigError("min_speed_ratio", f"must be in (0, 1], got {self.min_speed_ratio}")
+        if self.max_memory_ratio < 1:
+            raise ConfigError("max_memory_ratio", f"must be >= 1, got {self.max_memory_ratio}")
+        if self.quality_margin < 0:
+            raise ConfigError("quality_margin", f"must be >= 0, got {self.quality_margin}")
+
+
+@register
+class GatedFFNExperiment(Experiment):
+    """Matched-parameter comparison of plain and gated FFNs with a pre-registered selection rule."""
+
+    name = "gated-ffn"
+    description = ("GPT with plain relu/gelu FFNs vs ReGLU/GEGLU/SwiGLU at matched parameters: "
+                   "widths, params, FLOPs/token, peak memory, tokens/s, val loss (seed 002).")
+    Config = GatedFFNConfig
+    quick = {"n_layer": 2, "n_embd": 64, "block_size": 64, "batch_size": 16, "steps": 250,
+             "lr": 3e-3, "warmup": 25, "eval_every": 50, "eval_batches": 4, "timing_repeats": 3}
+    default_seeds = 3
+    seeds_per_unit = 1
+
+    def units(self, config: GatedFFNConfig) -> list[dict]:
+        """One unit per FFN variant."""
+        return [{"variant": v} for v in config.variants]
+
+    def run_unit(self, config: GatedFFNConfig, unit: dict, seeds: list[int],
+                 ctx: UnitContext) -> UnitResult:
+        """Cost measurements of the variant, then one training run per seed."""
+        result = UnitResult()
+        variant = unit["variant"]
+        corpus = config.corpus()
+        model_config = config.model_config(**_ffn_fields(variant))
+        c = model_config
+        with torch_threads(config.threads or None):
+            for seed in seeds:
+                model = GPT(model_config, seed=seed).to(ctx.device)
+                if seed == seeds[0]:
+                    static = {
+                        "hidden_width": c.hidden, "params": model.num_params(),
+                        "ffn_params": model.ffn_params(), "flops_per_token": model.flops_per_token(),
+                        "ffn_flops_per_token": c.n_layer * ffn_flops_per_token(
+                            c.n_embd, c.hidden, gated=c.gated, bias=c.bias)}
+                    for metric, value in static.items():
+                        result.add(variant, seed, 0, "", metric, value)
+                train_batch, _ = lm_batches(corpus, config.batch_size, config.block_size, seed)
+                cost = measure_step(copy.deepcopy(model), train_batch(0), dtype=config.dtype,
+                                    repeats=config.timing_repeats)
+                result.add(variant, seed, 0, "", "tokens_per_s", cost["tokens_per_s"])
+                result.add(variant, seed, 0, "", "peak_bytes", cost["peak_bytes"])
+                _, outcome = train_gpt(model_config, config.train_config(), corpus, seed=seed,
+                                       batch_size=config.batch_size,
+                                       eval_batches=config.eval_batches, model=model,
+                                       progress=ctx.progress)
+                for step, value in outcome.series("val_loss"):
+                    result.add(variant, seed, step, "", "val_loss", value)
+                if outcome.status != "ok":
+                    result.status = STATUS_DIVERGED
+        return result
+
+    def summarize(self, config: GatedFFNConfig, table, results: list[dict],
+                  ctx: RunContext) -> dict:
+        """Per-variant costs and quality, the thresholds and the selection."""
+        variants: dict[str, dict] = {}
+        for variant in config.variants:
+            rows = table[table.run == variant]
+
+            def first(metric: str, rows=rows) -> float:
+                values = rows[rows.metric == metric].value
+                return float(values.iloc[0]) if len(values) else float("nan")
+
+            val = rows[rows.metric == "val_loss"].sort_values("step").groupby("seed").value.last()
+            finite = [v for v in val.tolist() if np.isfinite(v)]
+            unit_status = [r["status"] for r in results if r["unit"].get("variant") == variant]
+            failed = sum(s != "ok" for s in unit_status) + (len(val) - len(finite))
+            speed = rows[rows.metric == "tokens_per_s"].value
+            variants[variant] = {
+                **_ffn_fields(variant),
+                "hidden_width": int(first("hidden_width")) if np.isfinite(first("hidden_width")) else None,
+                "params": int(first("params")) if np.isfinite(first("params")) else None,
+                "ffn_params": int(first("ffn_params")) if np.isfinite(first("ffn_params")) else None,
+                "flops_per_token": first("flops_per_token"),
+                "ffn_flops_per_token": first("ffn_flops_per_token"),
+                "peak_memory_mb": float(rows[rows.metric == "peak_bytes"].value.max() / 2**20),
+                "tokens_per_s": float(speed.median()) if len(speed) else float("nan"),
+                "val_loss": {"mean": _mean(finite), "sd": _sd(finite), "n": len(finite)},
+                "failed_runs": int(failed),
+            }
+        selection = _select(variants, config)
+        summary = {"dtype": config.dtype,
+                   "scale": (f"{config.n_layer} layers, d={config.n_embd}, context "
+                             f"{config.block_size}, batch {config.batch_size}, {config.steps} "
+                             f"steps on {config.data}; plain width {round(config.mlp_ratio * config.n_embd)}"),
+                   "thresholds": {"min_speed_ratio": config.min_speed_ratio,
+                                  "max_memory_ratio": config.max_memory_ratio,
+                                  "quality_margin": config.quality_margin,
+                                  "baseline": config.baseline},
+                   "variants": variants, **selection}
+        _figure(summary, ctx)
+        return summary
+
+    def claims(self, summary: dict) -> list[Claim]:
+        """Matched parameters and FLOPs, loss of gated vs plain, throughput, stability."""
+        v = summary["variants"]
+        plain = [k for k, s in v.items() if s["ffn"] == "plain"]
+        gated = [k for k, s in v.items() if s["ffn"] != "plain"]
+        out: list[Claim] = []
+        if plain and gated:
+            ref = v[plain[0]]["params"]
+            worst = max(abs(v[k]["params"] - ref) / ref for k in gated)
+            out.append(Claim("gated width g = 2m/3 (matched_width) gives equal parameter counts",
+                             f"largest relative difference {worst:.2%} "
+                             f"(widths {v[plain[0]]['hidden_width']} vs {v[gated[0]]['hidden_width']})",
+                             bool(worst < 0.005), SOURCE))
+            ref_f = v[plain[0]]["ffn_flops_per_token"]
+            worst_f = max(abs(v[k]["ffn_flops_per_token"] - ref_f) / ref_f for k in gated)
+            out.append(Claim("at matched parameters the FFN FLOPs per token match too",
+                             f"largest relative difference {worst_f:.2%}", bool(worst_f < 0.01),
+                             SOURCE))
+            best_g = min(gated, key=lambda k: _loss(v[k]))
+            best_p = min(plain, key=lambda k: _loss(v[k]))
+            out.append(Claim("a GLU variant beats the plain FFNs at matched parameters "
+                             "(GLU Variants Improve Transformer, cited by the seed)",
+                             f"best gated {best_g} {_loss(v[best_g]):.4f} vs best plain {best_p} "
+                             f"{_loss(v[best_p]):.4f}", bool(_loss(v[best_g]) < _loss(v[best_p])),
+                             SOURCE))
+            base = summary["thresholds"]["baseline"]
+            slower = [k for k in gated if v[k]["tokens_per_s"] < v[base]["tokens_per_s"]]
+            out.append(Claim("equal FLOPs do not mean equal speed: gated FFNs run slower "
+                             "(three projections and a product)",
+                             f"{len(slower)}/{len(gated)} gated variants slower than {base} "
+                             "(CPU timings on a shared machine)", bool(len(slower) == len(gated)),
+                             SOURCE))
+        failed = sum(s["failed_runs"] for s in v.values())
+        out.append(Claim("all runs finish with a finite loss (stability threshold)",
+                         f"{failed} failed runs", failed == 0, SOURCE))
+        return out
+
+
+def _loss(s: dict) -> float:
+    value = s["val_loss"]["mean"]
+    return value if np.isfinite(value) else float("inf")
+
+
+def _select(variants: dict[str, dict], config: GatedFFNConfig) -> dict:
+    base = variants[config.baseline]
+    eligible = []
+    for name, s in variants.items():
+        s["speed_ratio"] = s["tokens_per_s"] / base["tokens_per_s"]
+        s["memory_ratio"] = s["peak_memory_mb"] / base["peak_memory_mb"]
+        s["eligible"] = bool(s["failed_runs"] == 0 and s["val_loss"]["n"] > 0
+                             and s["speed_ratio"] >= config.min_speed_ratio
+                             and s["memory_ratio"] <= config.max_memory_ratio)
+        if s["eligible"]:
+            eligible.append(name)
+    best = min(eligible, key=lambda k: _loss(variants[k])) if eligible else None
+    replaces = False
+    if best is not None and best != config.baseline:
+        spread = max(_nan0(variants[best]["val_loss"]["sd"]), _nan0(base["val_loss"]["sd"]))
+        replaces = _loss(base) - _loss(variants[best]) > config.quality_margin + spread
+    return {"eligible": eligible, "best_eligible": best,
+            "selected": best if replaces else config.baseline, "baseline_replaced": replaces}
+
+
+def _nan0(x: float) -> float:
+    return 0.0 if not np.isfinite(x) else x
+
+
+def _mean(values: list[float]) -> float:
+    return float(statistics.fmean(values)) if values else float("nan")
+
+
+def _sd(values: list[float]) -> float:
+    return float(statistics.stdev(values)) if len(values) > 1 else float("nan")
+
+
+def _figure(summary: dict, ctx: RunContext) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = list(summary["variants"])
+    v = summary["variants"]
+    fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
+    panels = (("val loss (mean ± sd)", [v[n]["val_loss"]["mean"] for n in names],
+               [_nan0(v[n]["val_loss"]["sd"]) for n in names]),
+              ("tokens / s", [v[n]["tokens_per_s"] for n in names], None),
+              ("peak step memory (MiB)", [v[n]["peak_memory_mb"] for n in names], None))
+    for ax, (label, values, errors) in zip(axes, panels):
+        colors = ["tab:blue" if v[n]["ffn"] == "plain" else "tab:orange" for n in names]
+        ax.bar(range(len(names)), values, yerr=errors, color=colors)
+        ax.set_xticks(range(len(names)), names)
+        ax.set_ylabel(label)
+        finite = [x for x in values if np.isfinite(x)]
+        if label.startswith("val") and finite:
+            ax.set_ylim(min(finite) - 0.05, max(finite) + 0.05)
+    fig.suptitle(f"matched parameters; selected: {summary['selected']}")
+    ctx.save_figure(fig, "gated_ffn")

@@ -1,0 +1,208 @@
+"""``spikes``: squared and clipped activations and the range of the down-projection input
+(seed 003, §6 and App. B.3.1).
+
+A GPT trains with each MLP activation (relu, gelu, relu2, gelu2, relu2:clip=15,
+relu2:clip=50) for several seeds. After training, on fixed validation windows, the probe
+measures per layer the range ``max - min`` of the activation output, which in a plain FFN is
+exactly the down-projection's input (the seed's spike measure), and its sparsity (share of
+``|a| < 1e-7``) and share of negative pre-activations. The validation loss is recorded over
+training.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from actlab.activations.spec import activation
+from actlab.errors import ConfigError
+from actlab.nn.gpt import GPT
+from actlab.runner.experiment import (
+    STATUS_DIVERGED,
+    Claim,
+    Experiment,
+    RunContext,
+    UnitContext,
+    UnitResult,
+    register,
+)
+from actlab.train.classify import torch_threads
+from actlab.train.lm import LMScale, lm_batches, probe_forward, train_gpt
+
+SOURCE = "seed 003 §6, App. B.3.1"
+ACTIVATIONS = ["relu", "gelu", "relu2", "gelu2", "relu2:clip=15", "relu2:clip=50"]
+SPIKE_FACTOR = 4.0  # Table 2: ReLU2 amplifies the layer-2 spike 4-25x over ReLU and GELU
+LOSS_TOLERANCE = 0.01  # "without degrading performance": clip50 within 0.01 nats of relu2
+
+
+@dataclass
+class SpikesConfig(LMScale):
+    """Tiny-GPT scale plus the activations compared and the measurement windows."""
+
+    activations: list[str] = field(default_factory=lambda: list(ACTIVATIONS))
+    probe_batches: int = 4
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not self.activations:
+            raise ConfigError("activations", "needs at least one activation")
+        for spec in self.activations:
+            try:
+                activation(spec)
+            except ValueError as exc:
+                raise ConfigError("activations", str(exc)) from None
+        if self.probe_batches < 1:
+            raise ConfigError("probe_batches", f"must be >= 1, got {self.probe_batches}")
+
+
+@register
+class SpikesExperiment(Experiment):
+    """Down-projection input range per layer for plain, squared and clipped activations."""
+
+    name = "spikes"
+    description = ("GPT with relu, gelu, relu2, gelu2, relu2 clipped at 15/50, 3 seeds: per-layer "
+                   "range of the down-projection input, val loss, sparsity (seed 003 §6).")
+    Config = SpikesConfig
+    quick = {"n_layer": 4, "n_embd": 64, "block_size": 64, "batch_size": 16, "steps": 200,
+             "lr": 3e-3, "warmup": 20, "eval_every": 50, "eval_batches": 4}
+    default_seeds = 3
+    seeds_per_unit = 1
+
+    def units(self, config: SpikesConfig) -> list[dict]:
+        """One unit per activation."""
+        return [{"activation": spec} for spec in config.activations]
+
+    def run_unit(self, config: SpikesConfig, unit: dict, seeds: list[int],
+                 ctx: UnitContext) -> UnitResult:
+        """Train with one activation per seed; measure ranges on validation windows at the end."""
+        result = UnitResult()
+        spec = unit["activation"]
+        corpus = config.corpus()
+        with torch_threads(config.threads or None):
+            for seed in seeds:
+                model_config = config.model_config(activation=spec)
+                model = GPT(model_config, seed=seed).to(ctx.device)
+                _, outcome = train_gpt(model_config, config.train_config(), corpus, seed=seed,
+                                       batch_size=config.batch_size,
+                                       eval_batches=config.eval_batches, model=model,
+                                       progress=ctx.progress)
+                for step, value in outcome.series("val_loss"):
+                    result.add(spec, seed, step, "", "val_loss", value)
+                if outcome.status != "ok":
+                    result.status = STATUS_DIVERGED
+                    continue
+                _, validation = lm_batches(corpus, config.batch_size, config.block_size, seed,
+                                           config.probe_batches)
+                table = probe_forward(model, [x.to(ctx.device) for x, _ in validation()],
+                                      metrics=("act_range", "act_max", "act_min", "sparsity",
+                                               "preact_neg_frac"))
+                for row in table.itertuples():
+                    layer = row.layer.split(".")[1]  # "blocks.<i>.mlp.act" -> "<i>"
+                    result.add(spec, seed, outcome.step, layer, row.metric, row.value)
+        return result
+
+    def summarize(self, config: SpikesConfig, table, results: list[dict], ctx: RunContext) -> dict:
+        """Per activation: val loss mean/sd, per-layer max (over seeds) and mean range, sparsity."""
+        summary: dict = {"scale": (f"{config.n_layer} layers, d={config.n_embd}, context "
+                                   f"{config.block_size}, batch {config.batch_size}, "
+                                   f"{config.steps} steps on {config.data}"), "activations": {}}
+        for spec in config.activations:
+            rows = table[table.run == spec]
+            final = rows[rows.metric == "val_loss"].sort_values("step").groupby("seed").value.last()
+            ranges = rows[rows.metric == "act_range"]
+            per_layer = ranges.groupby("layer").value
+            sparsity = rows[rows.metric == "sparsity"].groupby("layer").value.mean()
+            failed = [r for r in results if r["unit"].get("activation") == spec and r["status"] != "ok"]
+            summary["activations"][spec] = {
+                "val_loss": {"mean": _mean(final.tolist()), "sd": _sd(final.tolist()),
+                             "per_seed": {str(k): float(v) for k, v in final.items()}},
+                "max_range": {k: float(v) for k, v in per_layer.max().items()},
+                "range_mean": {k: float(v) for k, v in per_layer.mean().items()},
+                "sparsity": {k: float(v) for k, v in sparsity.items()},
+                "largest_range": float(ranges.value.max()) if len(ranges) else float("nan"),
+                "failed_runs": len(failed),
+            }
+        _figure(summary, ctx)
+        return summary
+
+    def claims(self, summary: dict) -> list[Claim]:
+        """The claims of §6 / Table 6, each decided by the thresholds stated in the text."""
+        acts = summary["activations"]
+        out: list[Claim] = []
+
+        def largest(spec: str) -> float:
+            return acts[spec]["largest_range"] if spec in acts else float("nan")
+
+        def loss(spec: str) -> float:
+            return acts[spec]["val_loss"]["mean"] if spec in acts else float("nan")
+
+        base = max(largest("relu"), largest("gelu"))
+        if np.isfinite(base) and np.isfinite(largest("relu2")):
+            factor = largest("relu2") / base
+            out.append(Claim(f"relu2 amplifies spikes >= {SPIKE_FACTOR:g}x over relu and gelu "
+                             "(largest down-projection input range)",
+                             f"relu2 {largest('relu2'):.1f} vs max(relu, gelu) {base:.1f} "
+                             f"({factor:.2f}x)", bool(factor >= SPIKE_FACTOR), SOURCE))
+        if np.isfinite(largest("relu2:clip=50")) and np.isfinite(largest("relu2")):
+            spiked = largest("relu2") > 50
+            out.append(Claim("clipping relu2 at 50 removes the spikes",
+                             f"clip50 {largest('relu2:clip=50'):.1f} vs relu2 {largest('relu2'):.1f}"
+                             + ("" if spiked else " (relu2 never exceeded 50: nothing to remove)"),
+                             bool(largest("relu2:clip=50") < largest("relu2")) if spiked else None,
+                             SOURCE))
+        if np.isfinite(loss("relu2:clip=50")) and np.isfinite(loss("relu2")):
+            gap = loss("relu2:clip=50") - loss("relu2")
+            out.append(Claim(f"relu2:clip=50 does not degrade the loss (within {LOSS_TOLERANCE} nats)",
+                             f"clip50 - relu2 = {gap:+.4f}", bool(gap <= LOSS_TOLERANCE), SOURCE))
+        if np.isfinite(loss("relu2:clip=15")) and np.isfinite(loss("relu2:clip=50")):
+            out.append(Claim("clipping at 15 degrades the loss relative to clipping at 50",
+                             f"clip15 {loss('relu2:clip=15'):.4f} vs clip50 {loss('relu2:clip=50'):.4f}",
+                             bool(loss("relu2:clip=15") > loss("relu2:clip=50")), SOURCE))
+        squared = min(loss("relu2"), loss("gelu2"))
+        plain = min(loss("relu"), loss("gelu"))
+        if np.isfinite(squared) and np.isfinite(plain):
+            out.append(Claim("squared activations reach a lower loss than relu and gelu",
+                             f"best squared {squared:.4f} vs best plain {plain:.4f}",
+                             bool(squared < plain), "seed 003 App. B.3.1, Fig. 16"))
+        if "relu2" in acts and "relu2:clip=50" in acts:
+            sd_clip, sd_sq = acts["relu2:clip=50"]["val_loss"]["sd"], acts["relu2"]["val_loss"]["sd"]
+            out.append(Claim("relu2:clip=50 varies less across seeds than relu2",
+                             f"sd {sd_clip:.4f} vs {sd_sq:.4f}",
+                             bool(sd_clip < sd_sq) if np.isfinite(sd_clip) and np.isfinite(sd_sq)
+                             else None, SOURCE))
+        return out
+
+
+def _mean(values: list[float]) -> float:
+    return float(statistics.fmean(values)) if values else float("nan")
+
+
+def _sd(values: list[float]) -> float:
+    return float(statistics.stdev(values)) if len(values) > 1 else float("nan")
+
+
+def _figure(summary: dict, ctx: RunContext) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 3.8))
+    for spec, s in summary["activations"].items():
+        layers = sorted(s["max_range"], key=int)
+        left.plot([int(k) for k in layers], [s["max_range"][k] for k in layers], marker="o",
+                  label=spec)
+    left.set(yscale="log", xlabel="layer", ylabel="down-projection input range (max over seeds)")
+    left.legend(fontsize=7)
+    names = list(summary["activations"])
+    means = [summary["activations"][n]["val_loss"]["mean"] for n in names]
+    sds = [summary["activations"][n]["val_loss"]["sd"] for n in names]
+    right.bar(range(len(names)), means, yerr=[0 if not np.isfinite(v) else v for v in sds])
+    right.set_xticks(range(len(names)), names, rotation=30, ha="right", fontsize=8)
+    finite = [m for m in means if np.isfinite(m)]
+    if finite:
+        right.set_ylim(min(finite) - 0.05, max(finite) + 0.05)
+    right.set(ylabel="final validation loss (mean ± sd)")
+    ctx.save_figure(fig, "spikes")
