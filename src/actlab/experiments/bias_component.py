@@ -74,6 +74,7 @@ class BiasComponentConfig:
     limit_train: int = 10000  # CIFAR-10 training images used
     widths: list[int] = field(default_factory=lambda: [16, 64])
     convs_per_stage: int = 2
+    init: str = "he"  # he (fan_out, as torchvision's VGG) or any actlab.init scheme
     steps: int = 3000
     batch_size: int = 64
     optimizer: str = "adam"
@@ -98,6 +99,10 @@ class BiasComponentConfig:
         if self.image_size % 2 ** (len(self.widths) - 1):
             raise ConfigError("image_size", f"must be divisible by 2**(len(widths)-1) = "
                               f"{2 ** (len(self.widths) - 1)}, got {self.image_size}")
+        from actlab.init import SCHEMES
+
+        if self.init not in SCHEMES:
+            raise ConfigError("init", f"must be one of {', '.join(SCHEMES)}, got {self.init!r}")
         if not 0 < self.min_fit <= 1:
             raise ConfigError("min_fit", f"must be in (0, 1], got {self.min_fit}")
         if not self.lr > 0:
@@ -187,11 +192,16 @@ def train_autoencoder(config: BiasComponentConfig, activation: str, seed: int,
                       x_train: Tensor, x_eval: Tensor, result: UnitResult, run: str,
                       progress: Any = None) -> tuple[str, dict[str, Any]]:
     """Train one autoencoder, add its rows to ``result``; its status and grid images."""
+    from actlab.init import initialize_
     from actlab.nn.autoencoder import ConvAutoencoder
     from actlab.train.classify import train
 
     torch.manual_seed(seed)  # same seed, same initial weights for both activations
     model = ConvAutoencoder(x_train.shape[1], config.widths, config.convs_per_stage, activation)
+    if config.init != "torch-default":
+        # torchvision's VGG: He normal with fan_out, zero biases
+        initialize_(model, config.init, activation="relu", mode="fan_out",
+                    generator=torch.Generator().manual_seed(seed))
     checkpoints = checkpoint_steps(config)
     shown = set(grid_steps(checkpoints, config.grid_points))
     to_log = set(checkpoints)
@@ -292,6 +302,7 @@ class BiasComponent(Experiment):
             "similarity": "correlation",
             "scale": {"steps": config.steps, "batch_size": config.batch_size,
                       "widths": list(config.widths), "convs_per_stage": config.convs_per_stage,
+                      "init": config.init,
                       "image_size": 32 if config.data_dir else config.image_size,
                       "optimizer": f"{config.optimizer} lr={config.lr:g}",
                       "seeds": sorted({int(s) for s in table["seed"]}) if len(table) else []},
@@ -459,7 +470,8 @@ def _image_grid(images: dict[str, Any], cond: str, seed: int, ctx: RunContext) -
             else:  # the input column holds the row's label under the input image
                 ax.text(0.5, 0.5, part, ha="center", va="center", fontsize=8,
                         transform=ax.transAxes)
-            axes[row, 1].set_ylabel(part if r == 0 else "", fontsize=7)
+            if r == 0:  # the input image stands in the label column of the "full" row
+                ax.set_xlabel("input | full", fontsize=7)
     for ax in axes.flat:
         ax.set_xticks([])
         ax.set_yticks([])
