@@ -247,7 +247,8 @@ class TeacherStudent(Experiment):
             ))
             rows.append(Claim(
                 f"unshifted student learns faster early ({activation})",
-                f"loss at step {entry['early_step']}: {_fmt(eu)} unshifted vs {_fmt(es)} shifted",
+                f"loss at step {entry['early_step']} (5% of training): {_fmt(eu)} unshifted vs "
+                f"{_fmt(es)} shifted; median crossover step {_fmt(entry['crossover_step'])}",
                 None if eu is None or es is None else bool(eu < es),
                 SOURCE,
             ))
