@@ -44,6 +44,7 @@ def plot_metric(df: pd.DataFrame, metric: str, *, layers: Iterable[str] | None =
     ax.set_ylabel(metric)
     if rows["layer"].nunique() <= 12:
         ax.legend(fontsize=7, frameon=False)
+    ax.figure.tight_layout()
     return ax
 
 
@@ -69,4 +70,5 @@ def plot_histogram_strip(hist: pd.DataFrame, layer: str, *, kind: str = "post",
     ax.set_ylabel(f"{kind}-activation")
     ax.set_title(layer, fontsize=9)
     ax.figure.colorbar(mesh, ax=ax, label="log10 share" if log else "share")
+    ax.figure.tight_layout()
     return ax
