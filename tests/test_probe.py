@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 
+import numpy as np
 import pytest
 import torch
 from torch import nn
@@ -313,3 +314,27 @@ def test_selection_by_predicate_and_log_schedule_rows() -> None:
     probe.close()
     assert set(df.layer) == {"act2"}
     assert sorted(set(df.step)) == [0, 1, 2, 3, 5, 6, 7, 10]
+
+
+def test_actlab_residual_mlp_against_its_own_statistics() -> None:
+    """actlab's residual MLP reports hidden and post-activation means itself; the probe,
+    hooking its blocks (which return tuples) and its shifted activations, must agree."""
+    from actlab.nn.residual_mlp import ResidualMLP
+
+    model = ResidualMLP(6, 12, 3, activation="relu:shift=theory",
+                        generator=torch.Generator().manual_seed(0)).double()
+    assert list(actlab.find_activations(model)) == [f"blocks.{i}.act" for i in range(3)]
+    probe = actlab.Probe(model, blocks=model.blocks, metrics=["hidden_mean", "act_mean",
+                                                              "preact_grad_cov"])
+    x = torch.randn(10, 6, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    out, stats = model(x, return_stats=True)
+    out.pow(2).mean().backward()
+    probe.step()
+    df = probe.table()
+    probe.close()
+    for i in range(3):
+        assert lookup(df, 0, f"blocks.{i}", "hidden_mean") == pytest.approx(
+            float(stats["hidden_mean"][i].detach()), rel=1e-12)
+        assert lookup(df, 0, f"blocks.{i}.act", "act_mean") == pytest.approx(
+            float(stats["post_act_mean"][i].detach()), rel=1e-12)
+        assert np.isfinite(lookup(df, 0, f"blocks.{i}.act", "preact_grad_cov"))
