@@ -1,0 +1,129 @@
+"""The language-model experiments end to end at toy scale, and their claim/selection logic."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from actlab.errors import ConfigError
+from actlab.experiments.gated_ffn import GatedFFNConfig, GatedFFNExperiment, _select
+from actlab.experiments.lm_shift import LMShiftConfig, LMShiftExperiment
+from actlab.experiments.spikes import SpikesExperiment
+from actlab.runner.driver import RunOptions, run_experiment
+
+TOY = {"n_layer": 1, "n_head": 2, "n_embd": 16, "block_size": 16, "batch_size": 4, "steps": 6,
+       "warmup": 1, "eval_every": 3, "eval_batches": 1, "log_every": 3}
+
+
+@pytest.fixture(scope="module")
+def text_folder(tmp_path_factory):
+    root = tmp_path_factory.mktemp("text")
+    for i in range(12):
+        (root / f"f{i}.py").write_text(f"def f{i}(x):\n    return x * {i} + 1\n" * 40)
+    return root
+
+
+def _run(name: str, overrides: dict, tmp_path, text_folder, monkeypatch):
+    monkeypatch.setenv("ACTLAB_CACHE", str(tmp_path / "cache"))
+    outcome = run_experiment(name, "default", {**TOY, "data": str(text_folder), **overrides},
+                             n_seeds=2, options=RunOptions(out=tmp_path, progress=False))
+    assert outcome.ok, outcome.failure_lines()
+    return outcome
+
+
+def test_lm_shift_toy_run(tmp_path, text_folder, monkeypatch) -> None:
+    outcome = _run("lm-shift", {"activations": "gelu", "probe_every": 3}, tmp_path, text_folder,
+                   monkeypatch)
+    summary = outcome.summary
+    for key in ("val_loss_unshifted", "val_loss_shifted", "residual_final", "residual_early"):
+        assert isinstance(summary[key], float)
+    gelu = summary["per_activation"]["gelu"]
+    assert summary["residual_final"] == pytest.approx(
+        gelu["val_loss_shifted"] - gelu["val_loss_unshifted"])
+    assert gelu["n_seeds"] == 2 and gelu["early_step"] == 3
+    metrics = outcome.path / "metrics.csv"
+    text = metrics.read_text()
+    assert "hidden_mean" in text and "blocks.0" in text and "act_mean" in text
+    assert {p.name for p in (outcome.path / "figures").glob("*.png")} == {
+        "loss_residual.png", "hidden_state_means.png"}
+    claims = json.loads((outcome.path / "claims.json").read_text())
+    assert len(claims) == 3 and all(c["held"] in (True, False) for c in claims)
+
+
+def test_lm_shift_claims_follow_the_numbers() -> None:
+    base = {"residual_final_sd": 0.01, "seeds_shift_better": 3, "n_seeds": 3, "early_step": 10}
+    good = {"gelu": {**base, "residual_final": -0.02, "residual_early": 0.05,
+                     "overshoot_unshifted": 0.3, "overshoot_shifted": 0.1}}
+    bad = {"gelu": {**base, "residual_final": 0.02, "residual_early": -0.05,
+                    "overshoot_unshifted": 0.1, "overshoot_shifted": 0.3}}
+    exp = LMShiftExperiment()
+    assert [c.held for c in exp.claims({"per_activation": good})] == [True, True, True]
+    assert [c.held for c in exp.claims({"per_activation": bad})] == [False, False, False]
+
+
+def test_spikes_toy_run_and_claims(tmp_path, text_folder, monkeypatch) -> None:
+    outcome = _run("spikes", {"activations": "relu,relu2:clip=50", "probe_batches": 1}, tmp_path,
+                   text_folder, monkeypatch)
+    acts = outcome.summary["activations"]
+    assert set(acts) == {"relu", "relu2:clip=50"}
+    for s in acts.values():
+        assert set(s["max_range"]) == {"0"} and s["val_loss"]["sd"] >= 0
+        assert s["max_range"]["0"] >= s["range_mean"]["0"] > 0
+    assert acts["relu2:clip=50"]["largest_range"] <= 50 + 1e-6  # clipped output, min 0
+    summary = {"activations": {
+        name: {"largest_range": r, "val_loss": {"mean": m, "sd": sd}}
+        for name, r, m, sd in (("relu", 20.0, 3.30, 0.01), ("gelu", 25.0, 3.29, 0.01),
+                               ("relu2", 400.0, 3.25, 0.02), ("gelu2", 300.0, 3.24, 0.01),
+                               ("relu2:clip=15", 15.0, 3.28, 0.01),
+                               ("relu2:clip=50", 50.0, 3.245, 0.001))}}
+    assert all(c.held for c in SpikesExperiment().claims(summary))
+    summary["activations"]["relu2"]["largest_range"] = 40.0  # no spike at all
+    held = [c.held for c in SpikesExperiment().claims(summary)]
+    assert held == [False, None, None, True, True, None]  # clips never engaged: undecided
+
+
+def test_gated_ffn_toy_run(tmp_path, text_folder, monkeypatch) -> None:
+    outcome = _run("gated-ffn", {"variants": "gelu,swiglu", "timing_repeats": 1}, tmp_path,
+                   text_folder, monkeypatch)
+    v = outcome.summary["variants"]
+    assert v["gelu"]["hidden_width"] == 64 and v["swiglu"]["hidden_width"] == 42
+    assert abs(v["gelu"]["params"] - v["swiglu"]["params"]) <= (3 * 16 + 2) / 2
+    for s in v.values():
+        assert s["tokens_per_s"] > 0 and s["peak_memory_mb"] > 0 and s["failed_runs"] == 0
+        assert s["val_loss"]["n"] == 2
+    assert outcome.summary["selected"] in ("gelu", "swiglu")
+
+
+def test_gated_ffn_selection_rule() -> None:
+    config = GatedFFNConfig(variants=["gelu", "swiglu", "geglu"], baseline="gelu")
+
+    def variant(loss, sd, speed, memory, failed=0):
+        return {"val_loss": {"mean": loss, "sd": sd, "n": 3}, "tokens_per_s": speed,
+                "peak_memory_mb": memory, "failed_runs": failed}
+
+    clear_win = {"gelu": variant(3.0, 0.01, 100, 10), "swiglu": variant(2.9, 0.01, 90, 11),
+                 "geglu": variant(2.8, 0.01, 50, 11)}  # geglu too slow: not eligible
+    chosen = _select(clear_win, config)
+    assert chosen["eligible"] == ["gelu", "swiglu"] and chosen["selected"] == "swiglu"
+    within_noise = {"gelu": variant(3.0, 0.05, 100, 10), "swiglu": variant(2.98, 0.01, 90, 11),
+                    "geglu": variant(2.9, 0.01, 95, 11, failed=1)}
+    chosen = _select(within_noise, config)
+    assert chosen["best_eligible"] == "swiglu" and chosen["selected"] == "gelu"
+    assert not chosen["baseline_replaced"]
+
+
+def test_configs_reject_bad_fields() -> None:
+    with pytest.raises(ConfigError) as err:
+        LMShiftConfig(activations=["gelu:adaptive"])
+    assert err.value.field == "activations"
+    with pytest.raises(ConfigError) as err:
+        GatedFFNConfig(variants=["gelu", "swiglue"])
+    assert err.value.field == "variants"
+    with pytest.raises(ConfigError) as err:
+        GatedFFNConfig(baseline="relu", variants=["gelu"])
+    assert err.value.field == "baseline"
+    with pytest.raises(ConfigError) as err:
+        LMShiftConfig(n_embd=30, n_head=4)
+    assert err.value.field == "n_head"
+    assert GatedFFNExperiment.name == "gated-ffn" and LMShiftExperiment.name == "lm-shift"

