@@ -56,8 +56,8 @@ def test_sparsity_points_fit_and_claims(tmp_path):
 
 
 def test_sparse_activations_table_with_two_seeds(tmp_path):
-    exp, summary = _run("sparse-activations", {"activations": "relu,gelu,sugar,noisy_relu",
-                                               "setups": "mlp:none,vit:layernorm", "steps": 15},
+    exp, summary = _run("sparse-activations", {"activations": "relu,gelu,noisy_relu",
+                                               "setups": "mlp:none,mlp:rmsnorm", "steps": 15},
                         tmp_path, seeds=(0, 1))
     cell = summary["table"]["mlp:none"]["relu"]
     assert cell["seeds"] == 2 and cell["accuracy_sd"] is not None

@@ -21,6 +21,7 @@ import difflib
 import math
 from collections.abc import Sequence
 
+import numpy as np
 import torch
 from torch import Tensor, nn
 
@@ -99,6 +100,38 @@ def _selection_plan(q: float, n: int) -> tuple[int, float]:
     return lower, position - lower
 
 
+def _select_neighbours(flat: Tensor, lower: int, need_above: bool, use_numpy: bool | None = None
+                       ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Order statistics of ranks ``lower`` and ``lower + 1`` of each row, with their indices.
+
+    On the CPU one ``numpy.argpartition`` call selects both (introselect, linear time, exact
+    with ties). Elsewhere ``torch.kthvalue`` selects the lower one and the upper one is the
+    smallest element above it, unless ``lower`` is tied so that it also fills rank
+    ``lower + 1``. Returns ``(below, below_idx, above, above_idx)`` of shape ``(rows, 1)``.
+    ``use_numpy`` forces either path (``None``: numpy where it applies).
+    """
+    if use_numpy is None:
+        use_numpy = flat.device.type == "cpu" and flat.dtype in (torch.float32, torch.float64)
+    if use_numpy:
+        kth = (lower, lower + 1) if need_above else lower
+        order = np.argpartition(flat.detach().contiguous().numpy(), kth, axis=-1)
+        below_idx = torch.from_numpy(np.ascontiguousarray(order[:, lower:lower + 1]))
+        below = flat.gather(1, below_idx)
+        if not need_above:
+            return below, below_idx, below, below_idx
+        above_idx = torch.from_numpy(np.ascontiguousarray(order[:, lower + 1:lower + 2]))
+        return below, below_idx, flat.gather(1, above_idx), above_idx
+    below, below_idx = flat.kthvalue(lower + 1, dim=-1, keepdim=True)
+    if not need_above:
+        return below, below_idx, below, below_idx
+    greater = flat > below
+    above, above_idx = torch.where(greater, flat, math.inf).min(dim=-1, keepdim=True)
+    # rank lower+1 is still `below` when fewer than n-lower-1 elements exceed it
+    tied = greater.sum(-1, keepdim=True) < flat.shape[-1] - lower - 1
+    return (below, below_idx, torch.where(tied, below, above),
+            torch.where(tied, below_idx, above_idx))
+
+
 class _PercentileCenterScale(torch.autograd.Function):
     """``(x - Q_q(x)) / sqrt(var(x) + eps) * w + b`` with statistics over ``(groups, n)``.
 
@@ -124,19 +157,8 @@ class _PercentileCenterScale(torch.autograd.Function):
             bshape = [1, channels] + [1] * (x.dim() - 2)
             affine_shape = bshape
         lower, frac = _selection_plan(q, n)
-        below, below_idx = flat.kthvalue(lower + 1, dim=-1, keepdim=True)
-        if frac > 0.0:
-            greater = flat > below
-            masked = torch.where(greater, flat, math.inf)
-            above, above_idx = masked.min(dim=-1, keepdim=True)
-            # rank lower+1 is still `below` when fewer than n-lower-1 elements exceed it
-            tied = greater.sum(-1, keepdim=True) < n - lower - 1
-            above = torch.where(tied, below, above)
-            above_idx = torch.where(tied, below_idx, above_idx)
-            center = torch.lerp(below, above, frac)
-        else:
-            above_idx = below_idx
-            center = below
+        below, below_idx, above, above_idx = _select_neighbours(flat, lower, frac > 0.0)
+        center = torch.lerp(below, above, frac) if frac > 0.0 else below
         # PyTorch's fused mean-centering norms give (x - mean) * rstd, mean and rstd in one
         # pass; re-centering at the percentile is one more: x_hat = out + (mean - center) * rstd.
         if layout == "last":
