@@ -194,6 +194,10 @@ class SparseActivations(Experiment):
                                 f"no norm {relu2_none:.3f} (ReLU {relu_none:.3f}); with norm "
                                 f"{max(normed):.3f}",
                                 bool(relu2_none < relu_none - 0.05 and max(normed) > relu2_none + 0.05), src))
+        r2_bn, r_bn = get("resnet:batchnorm", "relu2", "accuracy_mean"), get("resnet:batchnorm", "relu", "accuracy_mean")
+        if r2_bn is not None and r_bn is not None:
+            claims.append(Claim("ReLU² collapses on the ResNet with BatchNorm (>= 10 pp below ReLU)",
+                                f"ReLU² {r2_bn:.3f} vs ReLU {r_bn:.3f}", bool(r2_bn < r_bn - 0.1), src))
         diffs_s, diffs_a = [], []
         for setup in cells:
             s_n, s_r = get(setup, "noisy_relu", "sparsity_mean"), get(setup, "relu", "sparsity_mean")
