@@ -24,7 +24,7 @@ import torch
 
 from actlab.data.spirals import data_seed
 from actlab.errors import ConfigError
-from actlab.measure.signal import PerExampleCost, predicted_profile, signal_profile
+from actlab.measure.signal import predicted_profile, signal_profile
 from actlab.nn.deep_mlp import deep_mlp, weight_std
 from actlab.runner.experiment import (
     Claim,
@@ -118,15 +118,17 @@ def _probe_batch(n: int, width: int, seed: int) -> tuple[torch.Tensor, torch.Ten
 
 
 def _measure(result: UnitResult, run: str, seed: int, setting, width: int, depth: int,
-             inputs, targets, threshold: float, cost: PerExampleCost | None = None) -> list:
+             inputs, targets, threshold: float, gradients: bool = True):
     model, stds = _network(setting, width, depth, seed)
-    kwargs = {} if cost is None else {"cost": cost}
-    measured = signal_profile(model, inputs, targets, saturation_threshold=threshold, **kwargs)
+    measured = signal_profile(model, inputs, targets, saturation_threshold=threshold,
+                              gradients=gradients)
+    output_error = measured.output_error_second_moment if gradients else None
     predicted = predicted_profile([width] * (depth + 1) + [1], stds, setting[0],
-                                  output_error_second_moment=measured.output_error_second_moment)
+                                  output_error_second_moment=output_error)
     for metric in (*PROFILE_METRICS, "saturated_share"):
         for layer, value in enumerate(getattr(measured, metric), start=1):
-            result.add(run, seed, 0, str(layer), metric, value)
+            if math.isfinite(value):
+                result.add(run, seed, 0, str(layer), metric, value)
         for layer, value in enumerate(getattr(predicted, metric), start=1):
             if math.isfinite(value):
                 result.add(run, seed, 0, str(layer), f"predicted_{metric}", value)
@@ -166,7 +168,7 @@ class SignalExperiment(Experiment):
                 for run, setting in settings.items():
                     model = _measure(result, f"{part}/{run}", seed, setting, config.hist_width,
                                      config.hist_depth, inputs, targets,
-                                     config.saturation_threshold)
+                                     config.saturation_threshold, gradients=False)
                     if part == "histograms":
                         with torch.no_grad():
                             trace = model.trace(inputs)

@@ -69,29 +69,42 @@ def signal_profile(
     *,
     cost: PerExampleCost = half_squared_error,
     saturation_threshold: float = 0.99,
+    gradients: bool = True,
 ) -> SignalProfile:
-    """Measure activation, net-input, error and weight-gradient sizes of every hidden layer."""
-    trace = model.trace(inputs)
-    per_example = cost(trace.output, targets)
-    weights = [layer.weight for layer in model.hidden]
-    grads = torch.autograd.grad(per_example.sum(), [*trace.net_inputs, *weights],
-                                retain_graph=True)
-    deltas, weight_grads = grads[: len(weights)], grads[len(weights):]
+    """Measure activation, net-input, error and weight-gradient sizes of every hidden layer.
+
+    ``gradients=False`` skips the backward pass (error and gradient fields are then ``nan``).
+    """
+    nan = math.nan
+    with torch.set_grad_enabled(gradients):
+        trace = model.trace(inputs)
+        per_example = cost(trace.output, targets)
+    depth = len(trace.net_inputs)
+    deltas, weight_grads = [None] * depth, [None] * depth
+    output_error_ms = nan
+    if gradients:
+        weights = [layer.weight for layer in model.hidden]
+        grads = torch.autograd.grad(per_example.sum(), [*trace.net_inputs, *weights, trace.output])
+        deltas, weight_grads = grads[:depth], grads[depth:2 * depth]
+        output_error_ms = float(grads[-1].pow(2).mean())
     batch = inputs.shape[0]
     below = [trace.inputs, *trace.activations[:-1]]
-    (output_error,) = torch.autograd.grad(per_example.sum(), trace.output, retain_graph=True)
     profile = SignalProfile([], [], [], [], [], [], float(per_example.detach().mean()),
-                            float(output_error.pow(2).mean()))
+                            output_error_ms)
     with torch.no_grad():
         for z, a, a_below, delta, grad in zip(trace.net_inputs, trace.activations, below,
                                               deltas, weight_grads):
             profile.activation_std.append(float(a.std(unbiased=False)))
             profile.net_input_std.append(float(z.std(unbiased=False)))
+            profile.saturated_share.append(float((a.abs() > saturation_threshold).double().mean()))
+            if delta is None:
+                for field_ in ("error_rms", "per_example_grad_rms", "batch_grad_norm"):
+                    getattr(profile, field_).append(nan)
+                continue
             profile.error_rms.append(float(delta.pow(2).mean().sqrt()))
             norms = delta.norm(dim=1) * a_below.norm(dim=1)
             profile.per_example_grad_rms.append(float(norms.pow(2).mean().sqrt()))
             profile.batch_grad_norm.append(float(grad.norm() / batch))
-            profile.saturated_share.append(float((a.abs() > saturation_threshold).double().mean()))
     return profile
 
 
