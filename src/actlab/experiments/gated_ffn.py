@@ -278,4 +278,5 @@ def _figure(summary: dict, ctx: RunContext) -> None:
         if label.startswith("val") and finite:
             ax.set_ylim(min(finite) - 0.05, max(finite) + 0.05)
     fig.suptitle(f"matched parameters; selected: {summary['selected']}")
+    fig.tight_layout()
     ctx.save_figure(fig, "gated_ffn")

@@ -246,6 +246,7 @@ def _figures(table, config: LMShiftConfig, ctx: RunContext) -> None:
         ax.axhline(0, color="grey", lw=0.8)
         ax.set(title=f"{act}: L_shifted - L_unshifted", xlabel="step", ylabel="loss residual")
         ax.legend()
+    fig.tight_layout()
     ctx.save_figure(fig, "loss_residual")
 
     hidden = table[table.metric == "hidden_mean"]
@@ -263,4 +264,5 @@ def _figures(table, config: LMShiftConfig, ctx: RunContext) -> None:
             if j == 0:
                 ax.set_ylabel("hidden-state mean")
                 ax.legend(fontsize=7)
+    fig.tight_layout()
     ctx.save_figure(fig, "hidden_state_means")

@@ -227,4 +227,5 @@ def _figure(summary: dict, ctx: RunContext) -> None:
     mid.legend(fontsize=7)
     right.plot(x, summary["hidden_means"], marker="o")
     right.set(xlabel="layer", ylabel="hidden-state mean")
+    fig.tight_layout()
     ctx.save_figure(fig, "pretrained_profile")

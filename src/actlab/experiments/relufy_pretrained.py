@@ -18,7 +18,6 @@ no masked-language-model head, which rules out MLM without training a new head f
 from __future__ import annotations
 
 import copy
-import statistics
 from dataclasses import dataclass
 
 import numpy as np
@@ -227,8 +226,5 @@ def _figure(summary: dict, ctx: RunContext) -> None:
     right.set_xticks(range(len(names)), names)
     values = [summary["stages"][k]["cosine_to_original"] for k in names]
     right.set(ylabel="cosine to original embedding", ylim=(min(0.9, np.nanmin(values) - 0.02), 1.0))
+    fig.tight_layout()
     ctx.save_figure(fig, "relufy")
-
-
-def _mean(values: list[float]) -> float:
-    return float(statistics.fmean(values)) if values else float("nan")

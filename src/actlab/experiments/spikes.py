@@ -212,4 +212,5 @@ def _figure(summary: dict, ctx: RunContext) -> None:
     if finite:
         right.set_ylim(min(finite) - 0.05, max(finite) + 0.05)
     right.set(ylabel="final validation loss (mean ± sd)")
+    fig.tight_layout()
     ctx.save_figure(fig, "spikes")
