@@ -272,7 +272,7 @@ def expected_relations(s: dict) -> dict[str, tuple[str, bool]]:
             dl["ratio"] < 1e-6
             and dl["default_output_spread"] < 1e-6 * dl["default_mean_abs_output"]),
         "wrong_fan_in_axis": (
-            "right std 0.0816, wrong 0.1414, ratio sqrt(3) (to 1e-12); draws within 2%",
+            "right std 0.0816, wrong 0.1414, ratio sqrt(3) (to 1e-12), also in drawn weights",
             abs(fa["right_std"] - 0.0816) < 5e-5 and abs(fa["wrong_std"] - 0.1414) < 5e-5
             and abs(fa["ratio"] - math.sqrt(3)) < 1e-12
             and abs(fa["measured_wrong_std"] / fa["measured_right_std"] - math.sqrt(3)) < 1e-12),
