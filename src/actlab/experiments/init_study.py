@@ -33,6 +33,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Callable, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import torch
@@ -125,6 +126,22 @@ class BinaryRun:
     diverged: bool = False
 
 
+@contextmanager
+def single_thread():
+    """Run torch ops on one intra-op thread for the block (the caller's setting is restored).
+
+    The spiral networks are tiny (32 units): splitting their matrix products across threads
+    only adds synchronisation, which becomes very costly when the cores are shared;
+    parallelism comes from running units in separate processes instead.
+    """
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
+
+
 def train_binary_sgd(
     model: nn.Module,
     x: torch.Tensor,
@@ -144,6 +161,12 @@ def train_binary_sgd(
     run diverged and ends it, never raising. ``on_epoch(epoch, model)`` runs before training
     (epoch 0) and after each epoch.
     """
+    with single_thread():
+        return _train_binary_sgd(model, x, y, lr=lr, batch_size=batch_size, epochs=epochs,
+                                 seed=seed, on_epoch=on_epoch)
+
+
+def _train_binary_sgd(model, x, y, *, lr, batch_size, epochs, seed, on_epoch) -> BinaryRun:
     generator = torch.Generator().manual_seed(int(seed))
     params = [p for p in model.parameters() if p.requires_grad]
     run = BinaryRun()
