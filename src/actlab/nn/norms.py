@@ -23,6 +23,7 @@ from collections.abc import Sequence
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 _INTERPOLATIONS = ("linear", "lower", "higher", "nearest", "midpoint")
@@ -206,37 +207,14 @@ class _PercentileCenterScale(torch.autograd.Function):
         return grad_x, grad_w, grad_b, None, None, None
 
 
-class _FrozenAffine(torch.autograd.Function):
+def _frozen_affine(x: Tensor, center: Tensor, var: Tensor, weight: Tensor | None,
+                   bias: Tensor | None, eps: float) -> Tensor:
     """Accumulation Stop's fixed map ``(x - center) / sqrt(var + eps) * w + b`` per channel (dim 1).
 
-    Forward is one multiply-add; backward is PyTorch's fused eval-mode BatchNorm backward,
-    whose gradients are exactly those of this map (input, weight and bias in one sweep).
+    Eval-mode BatchNorm computes exactly this map and differentiates it exactly (input,
+    weight and bias), so its fused kernels do the work; no statistic is computed.
     """
-
-    @staticmethod
-    def forward(ctx, x: Tensor, center: Tensor, var: Tensor, weight: Tensor | None,
-                bias: Tensor | None, eps: float):  # noqa: D102
-        shape = [1, x.shape[1]] + [1] * (x.dim() - 2)
-        center, var = center.contiguous(), var.contiguous()  # the fused kernel needs real strides
-        scale = torch.rsqrt(var + eps)
-        if weight is not None:
-            scale = scale * weight
-        shift = -center * scale
-        if bias is not None:
-            shift = shift + bias
-        ctx.save_for_backward(x, center, var, weight)
-        ctx.eps, ctx.has_bias = eps, bias is not None
-        return torch.addcmul(shift.reshape(shape), x, scale.reshape(shape))
-
-    @staticmethod
-    def backward(ctx, grad_y: Tensor):  # noqa: D102
-        x, center, var, weight = ctx.saved_tensors
-        mask = [ctx.needs_input_grad[0], weight is not None and ctx.needs_input_grad[3],
-                ctx.has_bias and ctx.needs_input_grad[4]]
-        grad_x, grad_w, grad_b = torch.ops.aten.native_batch_norm_backward(
-            grad_y.contiguous(), x, weight, center, var, None, None, False, ctx.eps, mask)
-        return (grad_x if mask[0] else None, None, None, grad_w if mask[1] else None,
-                grad_b if mask[2] else None, None)
+    return F.batch_norm(x, center.contiguous(), var.contiguous(), weight, bias, False, 0.0, eps)
 
 
 def _scatter_selected(grad_x: Tensor, layout: str, idx: Tensor, values: Tensor) -> None:
@@ -349,7 +327,7 @@ class PercentileBatchNorm(_PercentileNorm):
         if x.dim() < 2 or x.shape[1] != self.num_features:
             raise ValueError(f"expected (N, {self.num_features}, ...) input, got {tuple(x.shape)}")
         if not self.training or self.frozen:
-            return _FrozenAffine.apply(x, self.running_center, self.running_var, self.weight,
+            return _frozen_affine(x, self.running_center, self.running_var, self.weight,
                                        self.bias, self.eps)
         y, center, var = _PercentileCenterScale.apply(x, self.weight, self.bias, self.q, self.eps,
                                                       "channel")
@@ -388,7 +366,7 @@ class PercentileLayerNorm(_PercentileNorm):
         if self.frozen:
             if x.dim() == 2 and self.running_center.numel() == 1:
                 # one statistic for all rows: a per-feature map, the fused path applies
-                return _FrozenAffine.apply(x, self.running_center.expand(self.num_features),
+                return _frozen_affine(x, self.running_center.expand(self.num_features),
                                            self.running_var.expand(self.num_features),
                                            self.weight, self.bias, self.eps)
             return self._apply_fixed(x, self.running_center, self.running_var, [-1])
