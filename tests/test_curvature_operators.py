@@ -74,11 +74,12 @@ def dense_gauss_newton(model, loss_fn, batches, names):
 def test_hessian_matches_dense_autograd():
     model = tiny_mlp(norm=True)
     batches = make_batches()
-    op = HessianOperator(model, "mse", batches)
     names = [n for n, _ in model.named_parameters()]
     ref = dense_hessian(model, F.mse_loss, batches, names)
-    assert op.dim == ref.shape[0]
-    torch.testing.assert_close(op.to_dense(), ref, rtol=1e-10, atol=1e-12)
+    for cache_graph in (False, True):
+        op = HessianOperator(model, "mse", batches, cache_graph=cache_graph)
+        assert op.dim == ref.shape[0]
+        torch.testing.assert_close(op.to_dense(), ref, rtol=1e-10, atol=1e-12)
 
 
 def test_parameter_selection_by_names_and_filter():

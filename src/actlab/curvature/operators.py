@@ -111,18 +111,55 @@ class _ModelOperator(CurvatureOperator):
 class HessianOperator(_ModelOperator):
     """Hessian of the loss with respect to the selected parameters.
 
-    ``HessianOperator(model, loss_fn, batches, params=None)``: ``loss_fn(output, y)`` is a
-    callable or ``"mse"`` / ``"cross_entropy"``; ``batches`` a list of ``(x, y)`` pairs;
-    ``params`` ``None`` (all trainable), a filter ``f(name, tensor) -> bool`` or a list of
-    names (for per-block spectra).
+    ``HessianOperator(model, loss_fn, batches, params=None, cache_graph=False)``:
+    ``loss_fn(output, y)`` is a callable or ``"mse"`` / ``"cross_entropy"``; ``batches`` a
+    list of ``(x, y)`` pairs; ``params`` ``None`` (all trainable), a filter
+    ``f(name, tensor) -> bool`` or a list of names (for per-block spectra).
+
+    ``cache_graph=True`` trades memory for speed: each batch's gradient graph is built once
+    (``create_graph=True``) and kept, and every product is one backward pass through it
+    (double backward, as PyHessian does for one batch) instead of a fresh forward-over-
+    reverse pass. It holds every batch's activations in memory for the operator's lifetime.
     """
 
     forward_over_reverse = True
+
+    def __init__(
+        self,
+        model: nn.Module,
+        loss_fn: LossFn | str,
+        batches: Sequence[Batch] | Batch,
+        params: ParamSelection = None,
+        cache_graph: bool = False,
+    ) -> None:
+        super().__init__(model, loss_fn, batches, params)
+        self.cache_graph = cache_graph
+        self._graphs: list[tuple[list[torch.Tensor], list[torch.Tensor]]] | None = None
+
+    def _cached_graphs(self) -> list[tuple[list[torch.Tensor], list[torch.Tensor]]]:
+        if self._graphs is None:
+            graphs = []
+            with torch.enable_grad():
+                for batch in self.batches:
+                    p = {n: t.detach().requires_grad_(True) for n, t in self.fmodel.params.items()}
+                    leaves = list(p.values())
+                    loss = self.fmodel.loss(p, batch, self.loss_fn)
+                    graphs.append((leaves, list(torch.autograd.grad(loss, leaves, create_graph=True))))
+            self._graphs = graphs
+        return self._graphs
 
     def _matvec(self, v: torch.Tensor) -> torch.Tensor:
         fm = self.fmodel
         tangent = fm.layout.unflatten(v)
         out = torch.zeros(self.dim, dtype=self.dtype, device=self.device)
+        if self.cache_graph:
+            for w, (leaves, grads) in zip(self.weights, self._cached_graphs()):
+                hv = torch.autograd.grad(
+                    grads, leaves, grad_outputs=list(tangent.values()), retain_graph=True, allow_unused=True
+                )
+                hv = [torch.zeros_like(p) if h is None else h for h, p in zip(hv, leaves)]
+                out += w * fm.layout.flatten(hv)
+            return out
         for w, batch in zip(self.weights, self.batches):
             out += w * fm.layout.flatten(self._batch_hvp(batch, tangent))
         return out
