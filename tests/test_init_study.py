@@ -87,7 +87,7 @@ def test_overflow_is_recorded_as_diverged_not_raised(tmp_path):
                                        "late_window": 1})
     summary, results = _run(exp, config, [0], tmp_path)
     assert results[0]["status"] == "diverged"
-    entry = summary["configurations"]["relu-1.41he"]
+    entry = summary["relu-1.41he"]
     assert entry["initial_cost"][0] > 10  # the handbook: 523.9 at this scale
     assert entry["verdict"] == "diverges" and entry["late_costs"] == [None]
     assert entry["test_accuracy"] is None
@@ -122,7 +122,7 @@ def test_experiment_small_scale_summary_keys(tmp_path):
                                        "late_window": 2})
     summary, _ = _run(exp, config, [0, 1], tmp_path)
     for name in ("relu-he", "sigmoid-xavier"):
-        entry = summary["configurations"][name]
+        entry = summary[name]
         assert set(entry) >= {"verdict", "late_costs", "test_accuracy"}
         assert len(entry["late_costs"]) == 2 and 0 <= entry["test_accuracy"] <= 1
         assert len(entry["grad_norms_before_seed0"]) == 5

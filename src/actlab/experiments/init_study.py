@@ -310,13 +310,14 @@ class InitStudyExperiment(Experiment):
 
     def summarize(self, config: InitStudyConfig, table, results: list[dict],
                   ctx: RunContext) -> dict:
-        """Per configuration: ``verdict``, ``late_costs`` (per seed), ``test_accuracy``."""
+        """Per configuration (top-level key = its name): ``verdict``, ``late_costs`` (per seed,
+        ``None`` for an overflow) and ``test_accuracy``; plus ``protocol`` and ``seeds``."""
         summary: dict = {"protocol": {
             "epochs": config.epochs, "late_window": config.late_window, "lr": config.lr,
             "batch_size": config.batch_size, "depth": config.depth, "width": config.width,
             "input_scale": config.input_scale, "noise": config.noise, "turns": config.turns,
             "comparable_with_handbook": config.epochs == 150 and config.late_window == 15,
-        }, "configurations": {}}
+        }}
         seeds = sorted(int(s) for s in table["seed"].unique())
         summary["seeds"] = seeds
         for name in config.configurations:
@@ -331,7 +332,7 @@ class InitStudyExperiment(Experiment):
             acc = [a for a in acc.tolist() if math.isfinite(a)]
             grads = rows[(rows["metric"] == "grad_norm_before") & (rows["seed"] == seeds[0])]
             grads = grads.assign(l=grads["layer"].astype(int)).sort_values("l")["value"].tolist()
-            summary["configurations"][name] = {
+            summary[name] = {
                 "verdict": configuration_verdict(late),
                 "late_costs": [c if math.isfinite(c) else None for c in late],
                 "seed_verdicts": [classify_late_cost(c) for c in late],
@@ -347,7 +348,10 @@ class InitStudyExperiment(Experiment):
         """One claim per configuration: our verdict against the handbook's."""
         out = []
         comparable = summary["protocol"]["comparable_with_handbook"]
-        for name, entry in summary["configurations"].items():
+        for name in CONFIGURATIONS:
+            if name not in summary:
+                continue
+            entry = summary[name]
             published = PUBLISHED[name]
             late = ", ".join("overflow" if c is None else f"{c:.4f}" for c in entry["late_costs"])
             acc = entry["test_accuracy"]
@@ -369,7 +373,7 @@ def _figures(summary: dict, table, config: InitStudyConfig, ctx: RunContext) -> 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    names = list(summary["configurations"])
+    names = [name for name in CONFIGURATIONS if name in summary]
     fig, axes = plt.subplots(2, 5, figsize=(20, 7), sharex=True, sharey=True)
     for ax, name in zip(axes.ravel(), names):
         rows = table[(table["run"] == name) & (table["metric"] == "cost")]
@@ -379,7 +383,7 @@ def _figures(summary: dict, table, config: InitStudyConfig, ctx: RunContext) -> 
                     label=f"seed {seed}")
         ax.axhline(LN2, color="k", ls=":", lw=0.8)
         ax.axhline(LN2 / 2, color="k", ls="--", lw=0.8)
-        ax.set_title(f"{name}: {summary['configurations'][name]['verdict']}", fontsize=9)
+        ax.set_title(f"{name}: {summary[name]['verdict']}", fontsize=9)
         ax.set_ylim(0, 1.5)
     axes[0, 0].legend(fontsize=7)
     for ax in axes[1]:
@@ -388,7 +392,7 @@ def _figures(summary: dict, table, config: InitStudyConfig, ctx: RunContext) -> 
 
     fig, ax = plt.subplots(figsize=(8, 5))
     for i, name in enumerate(names):
-        grads = summary["configurations"][name]["grad_norms_before_seed0"]
+        grads = summary[name]["grad_norms_before_seed0"]
         ax.semilogy(range(1, len(grads) + 1), grads, color=f"C{i % 10}",
                     ls="-" if i < 10 else "--", label=name)
     ax.set_xlabel("layer (21 = output)")
