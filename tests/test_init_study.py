@@ -129,3 +129,21 @@ def test_experiment_small_scale_summary_keys(tmp_path):
     assert not summary["protocol"]["comparable_with_handbook"]
     assert all(c.held is None for c in exp.claims(summary))  # shortened protocol decides nothing
     assert (tmp_path / "figures" / "init_study_costs.png").exists()
+
+
+def test_gradient_norms_before_training_follow_the_depth_rule():
+    from actlab.measure.signal import logistic_cross_entropy, weight_grad_norms
+
+    config = InitStudyExperiment.Config()
+    (x, y), _ = spiral_sets(config, 0)
+    first = {}
+    for name in ("relu-he", "relu-xavier", "relu-default", "relu-1.41he", "sigmoid-xavier"):
+        norms = weight_grad_norms(build_model(config, name, 0), x, y, cost=logistic_cross_entropy)
+        assert len(norms) == 21
+        first[name] = norms[0]
+    he = first["relu-he"]
+    # c^(L-1) with L = 21 weight layers: Xavier 2^-10, default 6^-10, sqrt(2) x He 2^10
+    assert 2.0**-10 / 3 < first["relu-xavier"] / he < 3 * 2.0**-10
+    assert 6.0**-10 / 10 < first["relu-default"] / he < 10 * 6.0**-10
+    assert 2.0**10 / 3 < first["relu-1.41he"] / he < 3 * 2.0**10
+    assert first["sigmoid-xavier"] < 1e-12  # the handbook: 7.35e-14

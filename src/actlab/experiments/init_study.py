@@ -364,7 +364,38 @@ class InitStudyExperiment(Experiment):
             if not comparable:
                 measured += " [shortened protocol: not comparable]"
             out.append(Claim(text, measured, held, "seed 001, The sample project"))
+        out.extend(gradient_claims(summary))
         return out
+
+
+def gradient_claims(summary: dict) -> list[Claim]:
+    """First-layer weight-gradient norms before training (seed 0) against the handbook's."""
+    src = "seed 001, The sample project (gradient norms before training)"
+    needed = ("relu-he", "relu-xavier", "relu-default", "relu-1.41he", "sigmoid-xavier",
+              "silu-he", "silu-gain1.68")
+    if any(name not in summary for name in needed):
+        return []
+    first = {name: summary[name]["grad_norms_before_seed0"][0] for name in needed}
+    he = first["relu-he"]
+
+    def within(value: float, target: float, factor: float) -> bool:
+        return math.isfinite(value) and target / factor <= value <= target * factor
+
+    rows = [
+        ("sigmoid+Xavier first-layer norm 7.35e-14 (within 10x)", first["sigmoid-xavier"],
+         within(first["sigmoid-xavier"], 7.35e-14, 10)),
+        ("ReLU+He first-layer norm 0.102 (within 3x)", he, within(he, 0.102, 3)),
+        ("ReLU Xavier / He first-layer norm ~ 2^-10 (within 3x)", first["relu-xavier"] / he,
+         within(first["relu-xavier"] / he, 2.0**-10, 3)),
+        ("ReLU default / He ~ 6^-10 = 1.65e-8 (within 10x)", first["relu-default"] / he,
+         within(first["relu-default"] / he, 6.0**-10, 10)),
+        ("ReLU 1.41xHe / He ~ 2^10, about 1,900 in the handbook (within 3x of 2^10)",
+         first["relu-1.41he"] / he, within(first["relu-1.41he"] / he, 2.0**10, 3)),
+        ("SiLU+He starts four orders of magnitude below SiLU with its fixed-point gain "
+         "(ratio within 10x of 1e-4)", first["silu-he"] / first["silu-gain1.68"],
+         within(first["silu-he"] / first["silu-gain1.68"], 1e-4, 10)),
+    ]
+    return [Claim(text, f"{value:.3g}", held, src) for text, value, held in rows]
 
 
 def _figures(summary: dict, table, config: InitStudyConfig, ctx: RunContext) -> None:
