@@ -459,19 +459,18 @@ def _image_grid(images: dict[str, Any], cond: str, seed: int, ctx: RunContext) -
             row = 3 * i + r
             ax = axes[row, 0]
             low, high = float(inputs[i].min()), float(inputs[i].max())
-            if r == 0:
+            if r == 0:  # the input image stands in the label column of the "full" row
                 ax.imshow(_display(inputs[i], low, high), cmap="gray")
                 ax.set_title("input" if i == 0 else "", fontsize=7)
+                ax.set_xlabel("input | full", fontsize=7)
+            else:
+                ax.text(0.5, 0.5, part, ha="center", va="center", fontsize=8,
+                        transform=ax.transAxes)
             for j, step in enumerate(steps):
                 axes[row, j + 1].imshow(_display(np.asarray(images[part][j])[i], low, high),
                                         cmap="gray")
                 if row == 0:
                     axes[row, j + 1].set_title(f"step {step}", fontsize=7)
-            else:  # the input column holds the row's label under the input image
-                ax.text(0.5, 0.5, part, ha="center", va="center", fontsize=8,
-                        transform=ax.transAxes)
-            if r == 0:  # the input image stands in the label column of the "full" row
-                ax.set_xlabel("input | full", fontsize=7)
     for ax in axes.flat:
         ax.set_xticks([])
         ax.set_yticks([])
