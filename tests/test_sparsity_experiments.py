@@ -93,3 +93,22 @@ def test_accumulation_stop_freezes_and_reports_ratios(tmp_path):
     assert len(exp.claims(summary)) == 3
     with pytest.raises(ConfigError, match="warmup"):
         build_config(exp.Config, {"warmup": 500, "steps": 100})
+
+
+def test_experiments_read_cifar_when_pointed_to_it(tmp_path):
+    import pickle
+
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    folder = tmp_path / "cifar"
+    folder.mkdir()
+    for name in [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]:
+        with open(folder / name, "wb") as fh:
+            pickle.dump({b"data": rng.integers(0, 256, (8, 3072), dtype=np.uint8),
+                         b"labels": rng.integers(0, 10, 8).tolist()}, fh)
+    exp, summary = _run("relufication", {"models": "vit", "steps": 3, "cifar_dir": str(folder)},
+                        tmp_path / "run")
+    assert summary["scale"]["data"] == "cifar10" and "vit" in summary["models"]
+    with pytest.raises(ConfigError, match="cifar_dir"):
+        build_config(exp.Config, {"cifar_dir": str(tmp_path / "missing")})

@@ -32,7 +32,13 @@ from actlab.runner.experiment import (
     UnitResult,
     register,
 )
-from actlab.train.classify import MODEL_KINDS, TrainSettings, torch_threads
+from actlab.train.classify import (
+    MODEL_KINDS,
+    TrainSettings,
+    check_data_fields,
+    load_image_data,
+    torch_threads,
+)
 
 NORMS = ("layernorm", "batchnorm", "percentile", "percentile-frozen")
 
@@ -48,9 +54,12 @@ class AccumulationStopConfig:
     steps: int = 500
     batch_size: int = 128
     lr: float = 1e-3
+    cifar_dir: str = ""  # CIFAR-10 python files to use instead of digits
+    cifar_limit: int = 0  # first N CIFAR training images (0: all)
     vit_lr: float = 3e-3
 
     def __post_init__(self) -> None:
+        check_data_fields(self.cifar_dir, self.cifar_limit)
         bad = [m for m in self.models if m not in MODEL_KINDS]
         if bad or not self.models:
             raise ConfigError("models", f"choose from {', '.join(MODEL_KINDS)}, got {bad or 'none'}")
@@ -95,12 +104,11 @@ class AccumulationStop(Experiment):
     def run_unit(self, config: AccumulationStopConfig, unit: dict[str, Any], seeds: list[int],
                  ctx: UnitContext) -> UnitResult:
         """Train once per seed, timing every step."""
-        from actlab.data.digits import load_digits
         from actlab.nn.norms import norm_modules
         from actlab.train.classify import build_classifier, evaluate, train
 
         result = UnitResult()
-        data = load_digits()
+        data = load_image_data(config.cifar_dir, config.cifar_limit or None)
         run = f"{unit['model']}/{unit['norm']}"
         spec = norm_spec(unit["norm"], config.q, config.warmup)
         # MLP: the norm before each activation; ViT: its pre-norms (as DiT/MaxViT's LayerNorms).
@@ -155,7 +163,8 @@ class AccumulationStop(Experiment):
             models[model] = entry
         self._figure(models, ctx)
         return {"scale": {"steps": config.steps, "warmup": config.warmup, "q": config.q,
-                          "seeds": sorted({int(s) for s in table["seed"]}), "data": "digits",
+                          "seeds": sorted({int(s) for s in table["seed"]}),
+                          "data": config.cifar_dir and "cifar10" or "digits",
                           "clock": "thread CPU time, 1 thread"},
                 "failed_or_diverged": [r["unit"] for r in results if r["status"] != STATUS_OK],
                 "models": models}

@@ -27,7 +27,13 @@ from actlab.runner.experiment import (
     UnitResult,
     register,
 )
-from actlab.train.classify import MODEL_KINDS, TrainSettings, torch_threads
+from actlab.train.classify import (
+    MODEL_KINDS,
+    TrainSettings,
+    check_data_fields,
+    load_image_data,
+    torch_threads,
+)
 
 PHASES = ("before", "swapped", "after")
 
@@ -41,11 +47,14 @@ class ReluficationConfig:
     finetune_epochs: int = 1
     batch_size: int = 128
     lr: float = 1e-3
+    cifar_dir: str = ""  # CIFAR-10 python files to use instead of digits
+    cifar_limit: int = 0  # first N CIFAR training images (0: all)
     vit_lr: float = 3e-3
     finetune_lr: float = 1e-3
     threads: int = 1
 
     def __post_init__(self) -> None:
+        check_data_fields(self.cifar_dir, self.cifar_limit)
         bad = [m for m in self.models if m not in MODEL_KINDS]
         if bad or not self.models:
             raise ConfigError("models", f"choose from {', '.join(MODEL_KINDS)}, got {bad or 'none'}")
@@ -75,7 +84,6 @@ class Relufication(Experiment):
                  ctx: UnitContext) -> UnitResult:
         """Train GELU, measure, patch to ReLU, measure, fine-tune, measure."""
         import actlab
-        from actlab.data.digits import load_digits
         from actlab.train.classify import (
             activation_statistics,
             build_classifier,
@@ -85,7 +93,7 @@ class Relufication(Experiment):
         )
 
         result = UnitResult()
-        data = load_digits()
+        data = load_image_data(config.cifar_dir, config.cifar_limit or None)
         run = unit["model"]
         settings = TrainSettings(optimizer="adam", steps=config.steps, batch_size=config.batch_size,
                                  lr=config.vit_lr if unit["model"] == "vit" else config.lr)
@@ -137,7 +145,8 @@ class Relufication(Experiment):
             models[str(model)] = entry
         self._figure(models, ctx)
         return {"scale": {"steps": config.steps, "finetune_epochs": config.finetune_epochs,
-                          "seeds": sorted({int(s) for s in table["seed"]}), "data": "digits"},
+                          "seeds": sorted({int(s) for s in table["seed"]}),
+                          "data": config.cifar_dir and "cifar10" or "digits"},
                 "failed_or_diverged": [r["unit"] for r in results if r["status"] != STATUS_OK],
                 "models": models}
 

@@ -27,7 +27,13 @@ from actlab.runner.experiment import (
     UnitResult,
     register,
 )
-from actlab.train.classify import MODEL_KINDS, TrainSettings, torch_threads
+from actlab.train.classify import (
+    MODEL_KINDS,
+    TrainSettings,
+    check_data_fields,
+    load_image_data,
+    torch_threads,
+)
 
 ACTIVATIONS = ["relu", "gelu", "silu", "relu2", "gelu2", "relu2:clip=15", "relu2:clip=50",
                "noisy_relu", "sugar"]
@@ -65,10 +71,13 @@ class SparseActivationsConfig:
     steps: int = 400
     batch_size: int = 128
     lr: float = 1e-3
+    cifar_dir: str = ""  # CIFAR-10 python files to use instead of digits
+    cifar_limit: int = 0  # first N CIFAR training images (0: all)
     vit_lr: float = 3e-3
     threads: int = 1
 
     def __post_init__(self) -> None:
+        check_data_fields(self.cifar_dir, self.cifar_limit)
         import actlab
 
         if not self.activations or not self.setups:
@@ -106,13 +115,12 @@ class SparseActivations(Experiment):
     def run_unit(self, config: SparseActivationsConfig, unit: dict[str, Any], seeds: list[int],
                  ctx: UnitContext) -> UnitResult:
         """Train the cell's model once per seed."""
-        from actlab.data.digits import load_digits
         from actlab.train.classify import build_classifier, fit_and_measure
 
         result = UnitResult()
         model_kind, _ = parse_setup(unit["setup"])
         run = f"{unit['setup']}/{unit['activation']}"
-        data = load_digits()
+        data = load_image_data(config.cifar_dir, config.cifar_limit or None)
         settings = TrainSettings(optimizer="adam", lr=config.vit_lr if model_kind == "vit" else config.lr,
                                  steps=config.steps, batch_size=config.batch_size)
         with torch_threads(config.threads):
@@ -146,7 +154,7 @@ class SparseActivations(Experiment):
                 cells.setdefault(setup, {})[act] = cell
         summary = {
             "scale": {"steps": config.steps, "seeds": sorted({int(s) for s in table["seed"]}),
-                      "data": "digits", "setups": config.setups},
+                      "data": config.cifar_dir and "cifar10" or "digits", "setups": config.setups},
             "failed_or_diverged": [r["unit"] for r in results if r["status"] != STATUS_OK],
             "table": cells,
             "table_text": format_table(cells, config.activations),

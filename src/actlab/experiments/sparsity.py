@@ -33,7 +33,13 @@ from actlab.runner.experiment import (
     UnitResult,
     register,
 )
-from actlab.train.classify import MODEL_KINDS, TrainSettings, torch_threads
+from actlab.train.classify import (
+    MODEL_KINDS,
+    TrainSettings,
+    check_data_fields,
+    load_image_data,
+    torch_threads,
+)
 
 PUBLISHED = {"A": 0.978, "B": 0.635, "N": 16.72, "r2": 0.565}  # seed 003 §4.1, N = 79 points
 METHODS = ("percentile", "topk")
@@ -49,10 +55,13 @@ class SparsityConfig:
     steps: int = 500
     batch_size: int = 128
     lr: float = 1e-3
+    cifar_dir: str = ""  # CIFAR-10 python files to use instead of digits
+    cifar_limit: int = 0  # first N CIFAR training images (0: all)
     vit_lr: float = 3e-3
     threads: int = 1
 
     def __post_init__(self) -> None:
+        check_data_fields(self.cifar_dir, self.cifar_limit)
         bad = [m for m in self.models if m not in MODEL_KINDS]
         if bad or not self.models:
             raise ConfigError("models", f"choose from {', '.join(MODEL_KINDS)}, got {bad or 'none'}")
@@ -100,12 +109,11 @@ class Sparsity(Experiment):
     def run_unit(self, config: SparsityConfig, unit: dict[str, Any], seeds: list[int],
                  ctx: UnitContext) -> UnitResult:
         """Train the point's model per seed; rows accuracy, neg_frac, sparsity."""
-        from actlab.data.digits import load_digits
         from actlab.train.classify import build_classifier, fit_and_measure
 
         result = UnitResult()
         run = f"{unit['model']}/{unit['method']}/{unit['level']:g}"
-        data = load_digits()
+        data = load_image_data(config.cifar_dir, config.cifar_limit or None)
         lr = config.vit_lr if unit["model"] == "vit" else config.lr
         settings = TrainSettings(optimizer="adam", lr=lr, steps=config.steps,
                                  batch_size=config.batch_size)
@@ -140,7 +148,8 @@ class Sparsity(Experiment):
                            "sparsity": float(values["sparsity"])})
         summary: dict[str, Any] = {
             "scale": {"steps": config.steps, "seeds": sorted({int(s) for s in table["seed"]}),
-                      "data": "digits (1438 train / 359 test)", "models": config.models,
+                      "data": config.cifar_dir and "cifar10" or "digits (1438 train / 359 test)",
+                      "models": config.models,
                       "percentile_levels": config.percentile_levels,
                       "topk_levels": config.topk_levels},
             "failed_or_diverged": [r["unit"] for r in results if r["status"] != STATUS_OK],

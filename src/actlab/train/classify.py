@@ -227,13 +227,40 @@ def activation_statistics(model: nn.Module, x: Tensor, *, batch_size: int = 512,
 MODEL_KINDS = ("mlp", "mlp-skip", "resnet", "vit")
 
 
+def check_data_fields(cifar_dir: str, cifar_limit: int) -> None:
+    """Validate the ``cifar_dir``/``cifar_limit`` config fields (``ConfigError`` naming them)."""
+    from actlab.errors import ConfigError
+
+    if cifar_limit < 0:
+        raise ConfigError("cifar_limit", f"must be >= 0, got {cifar_limit}")
+    if cifar_dir:
+        from actlab.data.cifar import find_cifar10
+
+        try:
+            find_cifar10(cifar_dir)
+        except FileNotFoundError as exc:
+            raise ConfigError("cifar_dir", str(exc)) from None
+
+
+def load_image_data(cifar_dir: str = "", limit_train: int | None = None,
+                    limit_test: int | None = None):
+    """scikit-learn's digits, or CIFAR-10 from ``cifar_dir`` when one is given (never downloaded)."""
+    if cifar_dir:
+        from actlab.data.cifar import load_cifar10
+
+        return load_cifar10(cifar_dir, limit_train=limit_train, limit_test=limit_test)
+    from actlab.data.digits import load_digits
+
+    return load_digits().subset(limit_train, limit_test)
+
+
 def build_classifier(kind: str, data, activation: str, *, pre_norm: str | None = None,
                      norm: str | None = None, norm_bias: bool = True, hidden: int = 128,
                      seed: int = 0) -> nn.Module:
     """A CPU-scale classifier for ``data`` (an :class:`~actlab.data.digits.ImageData`).
 
     ``kind``: ``mlp`` / ``mlp-skip`` (the seed's 5-block MLP, hidden ``hidden``), ``resnet``
-    (widths 8-16-32, BatchNorm) or ``vit`` (width 32, 2 blocks, 2 heads, patch 2).
+    (widths 8-16-32, BatchNorm) or ``vit`` (width 32, 2 blocks, 2 heads, 16 patches).
     ``pre_norm`` is the norm directly before every activation (the MLP's and ResNet's norm,
     the ViT's ``mlp_norm``), ``norm`` the ViT's pre-norms (``layernorm`` by default);
     ``None`` keeps each model's default. Parameters are drawn from ``seed``.
@@ -253,7 +280,7 @@ def build_classifier(kind: str, data, activation: str, *, pre_norm: str | None =
         if kind == "resnet":
             return ResNet(channels, data.num_classes, widths=(8, 16, 32), blocks=1,
                           activation=activation, norm=pre_norm or "batchnorm", norm_bias=norm_bias)
-        return ViT(image_size=size, patch_size=2, in_channels=channels, num_classes=data.num_classes,
+        return ViT(image_size=size, patch_size=max(1, size // 4), in_channels=channels, num_classes=data.num_classes,
                    dim=32, depth=2, heads=2, activation=activation, norm=norm or "layernorm",
                    mlp_norm=pre_norm or "none", norm_bias=norm_bias)
 
