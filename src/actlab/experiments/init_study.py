@@ -415,6 +415,11 @@ def _figures(summary: dict, table, config: InitStudyConfig, ctx: RunContext) -> 
         ax.axhline(LN2, color="k", ls=":", lw=0.8)
         ax.axhline(LN2 / 2, color="k", ls="--", lw=0.8)
         ax.set_title(f"{name}: {summary[name]['verdict']}", fontsize=9)
+        if summary[name]["verdict"] == "diverges":
+            start = [c for c in summary[name]["initial_cost"] if c is not None]
+            ax.text(0.5, 0.5, "cost overflowed\n(initial cost " + ", ".join(
+                f"{c:.4g}" for c in start) + ")", transform=ax.transAxes, ha="center",
+                fontsize=8)
         ax.set_ylim(0, 1.5)
     axes[0, 0].legend(fontsize=7)
     for ax in axes[1]:
