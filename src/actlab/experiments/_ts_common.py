@@ -472,10 +472,11 @@ def shift_conditions(activation: str, offsets: Sequence[float], include_zero: bo
     return {f"b={b:+.4f}": b for b in sorted(values)}
 
 
-def describe_scale(settings: ModelSettings, seeds: int) -> str:
-    """One line saying what scale ran, for summaries."""
+def describe_scale(settings: ModelSettings, seeds: int, size: str | None = None) -> str:
+    """One line saying what scale ran, for summaries (``size`` replaces the (d, m, L) part)."""
+    size = size or f"(d, m, L) = ({settings.d}, {settings.m}, {settings.L})"
     return (
-        f"(d, m, L) = ({settings.d}, {settings.m}, {settings.L}), {settings.norm}-norm, "
+        f"{size}, {settings.norm}-norm, "
         f"{settings.optimizer} lr {settings.lr}, batch {settings.batch_size}, "
         f"{settings.steps} steps, {seeds} seeds, loss {settings.loss}"
     )

@@ -125,8 +125,11 @@ class SizeSweep(Experiment):
                   ctx: RunContext) -> dict:
         """Heat maps of relative improvement and optimal-shift distributions."""
         summary: dict[str, Any] = {
-            "scale": ts.describe_scale(config, len(results[0]["seeds"]) if results else 0)
-            + " (d, m, L vary)",
+            "scale": ts.describe_scale(
+                config, len(results[0]["seeds"]) if results else 0,
+                size=f"grid d {config.grid_d} x m {config.grid_m} x L {config.grid_L}, "
+                f"sizes {config.sizes}",
+            ),
         }
         plt = ts._pyplot()
         early = max(1, round(0.05 * config.steps))
