@@ -215,7 +215,7 @@ def main() -> None:
     print(f"time: PyHessian power / Lanczos with torch.func HVPs = {t_p / t_f:.2f}x")
     print(f"seconds per HVP (incl. solver overhead): PyHessian {per_hvp_p * 1e3:.1f} ms, Lanczos cached "
           f"graph {per_hvp_l * 1e3:.1f} ms, Lanczos torch.func jvp(grad) {per_hvp_f * 1e3:.1f} ms")
-    print(json.dumps({k: (round(v, 6) if isinstance(v, float) else v) for k, v in figures.items()}))
+    print(json.dumps({k: (float(f"{v:.6g}") if isinstance(v, float) else v) for k, v in figures.items()}))
 
 
 if __name__ == "__main__":
