@@ -121,8 +121,8 @@ def chain(weights, biases, activation: str, x: float, y: float) -> dict:
         (slope,) = torch.autograd.grad(act(leaf).sum(), leaf)
         slopes.append(float(slope))
     return {
-        "net_inputs": [float(z) for z in net_inputs],
-        "activations": [float(a) for a in trace.activations] + [float(trace.output)],
+        "net_inputs": [float(z.detach()) for z in net_inputs],
+        "activations": [float(a.detach()) for a in trace.activations] + [float(trace.output.detach())],
         "slopes": slopes + [1.0],
         "errors": [float(e) for e in errors],
         "weight_gradients": [float(g) for g in weight_grads],
