@@ -411,6 +411,11 @@ class Drift(Experiment):
                     claims.append(Claim(f"relu without norm, {label}: sparsity rises over training "
                                         "(by > 0.02)", f"{s0:.3f} -> {s1:.3f}", s1 > s0 + 0.02,
                                         "seed 003 §4, App. B.1.3"))
+            dg = relu.get("digits")
+            if dg and dg.get("mean_shift_later_layers") is not None:
+                claims.append(Claim("relu on real data (digits, cross-entropy, Adam): weights of layers "
+                                    "2-6 drift negative", _fmt(dg["mean_shift_later_layers"]),
+                                    dg["mean_shift_later_layers"] < 0, "seed 003 §3, App. B.1.3 (CIFAR-10)"))
             di = relu.get("default-init")
             if di and relu.get("mean_shift_later_layers") is not None and di["mean_shift_later_layers"] is not None:
                 he, dflt = relu["mean_shift_later_layers"], di["mean_shift_later_layers"]
