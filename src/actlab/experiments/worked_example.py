@@ -126,8 +126,8 @@ def chain(weights, biases, activation: str, x: float, y: float) -> dict:
         "slopes": slopes + [1.0],
         "errors": [float(e) for e in errors],
         "weight_gradients": [float(g) for g in weight_grads],
-        "cost": float(cost),
-        "first_over_output_error": float(errors[0] / errors[-1]),
+        "cost": float(cost.detach()),
+        "first_over_output_error": float((errors[0] / errors[-1]).detach()),
     }
 
 
