@@ -38,23 +38,10 @@ Norm = Literal["batch", "layer"] | None
 SCHEMES = ("xavier", "he", "torch-default", "fixed-point", "orthogonal", "std")
 
 
-_TORCH_FALLBACK = {
-    "relu": nn.ReLU, "sigmoid": nn.Sigmoid, "tanh": nn.Tanh, "elu": nn.ELU, "silu": nn.SiLU,
-    "gelu": nn.GELU, "leaky_relu": nn.LeakyReLU, "softplus": nn.Softplus, "identity": nn.Identity,
-}
-
-
 def build_activation(spec: str) -> nn.Module:
-    """The activation module for ``spec`` from actlab's spec registry.
+    """The activation module for ``spec`` from actlab's spec registry."""
+    from actlab.activations.spec import activation
 
-    Plain names fall back to ``torch.nn`` modules only while the registry is not installed.
-    """
-    try:
-        from actlab.activations.spec import activation
-    except ImportError:
-        if spec in _TORCH_FALLBACK:
-            return _TORCH_FALLBACK[spec]()
-        raise
     return activation(spec)
 
 
