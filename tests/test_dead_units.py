@@ -7,8 +7,8 @@ import torch
 
 from actlab.data.spirals import data_seed, two_spirals
 from actlab.experiments.dead_units import DeadUnitsExperiment, dead_shares
-from actlab.experiments.init_study import train_binary_sgd
 from actlab.nn.deep_mlp import deep_mlp
+from actlab.train.binary import train_binary_sgd
 
 
 def test_dead_shares_on_a_hand_built_layer():

@@ -25,7 +25,6 @@ import torch
 import actlab
 from actlab.data.spirals import data_seed, two_spirals
 from actlab.errors import ConfigError
-from actlab.experiments.init_study import train_binary_sgd
 from actlab.measure.signal import dead_unit_share
 from actlab.nn.deep_mlp import DeepMLP, deep_mlp
 from actlab.runner.experiment import (
@@ -36,6 +35,7 @@ from actlab.runner.experiment import (
     UnitResult,
     register,
 )
+from actlab.train.binary import train_binary_sgd
 
 # run -> (activation, learning rate attribute of the config)
 SHALLOW_RUNS = {"relu-lr4": ("relu", "lr_large"), "relu-lr0.5": ("relu", "lr_small"),

@@ -36,7 +36,6 @@ from torch import nn
 
 from actlab.data.spirals import data_seed, two_spirals
 from actlab.errors import ConfigError
-from actlab.experiments.init_study import binary_accuracy, train_binary_sgd
 from actlab.nn.deep_mlp import deep_mlp, weight_std
 from actlab.runner.experiment import (
     Claim,
@@ -46,6 +45,7 @@ from actlab.runner.experiment import (
     UnitResult,
     register,
 )
+from actlab.train.binary import binary_accuracy, train_binary_sgd
 
 DEMOS = ("linear_collapse", "constant_start", "default_linear_scale", "wrong_fan_in_axis",
          "uniform_bound_as_std", "variance_vs_second_moment")
