@@ -23,6 +23,12 @@ import pandas as pd
 import torch
 
 from actlab.errors import ConfigError
+from actlab.experiments._image_common import (
+    adam_settings,
+    check_models,
+    load_config_data,
+    record_diverged,
+)
 from actlab.runner.experiment import (
     STATUS_OK,
     Claim,
@@ -32,13 +38,7 @@ from actlab.runner.experiment import (
     UnitResult,
     register,
 )
-from actlab.train.classify import (
-    MODEL_KINDS,
-    TrainSettings,
-    check_data_fields,
-    load_image_data,
-    torch_threads,
-)
+from actlab.train.classify import check_data_fields, torch_threads
 
 NORMS = ("layernorm", "batchnorm", "percentile", "percentile-frozen")
 
@@ -60,9 +60,7 @@ class AccumulationStopConfig:
 
     def __post_init__(self) -> None:
         check_data_fields(self.cifar_dir, self.cifar_limit)
-        bad = [m for m in self.models if m not in MODEL_KINDS]
-        if bad or not self.models:
-            raise ConfigError("models", f"choose from {', '.join(MODEL_KINDS)}, got {bad or 'none'}")
+        check_models(self.models)
         bad = [n for n in self.norms if n not in NORMS]
         if bad or "layernorm" not in self.norms:
             raise ConfigError("norms", f"choose from {', '.join(NORMS)} (layernorm is the baseline), "
@@ -108,14 +106,13 @@ class AccumulationStop(Experiment):
         from actlab.train.classify import build_classifier, evaluate, train
 
         result = UnitResult()
-        data = load_image_data(config.cifar_dir, config.cifar_limit or None)
+        data = load_config_data(config)
         run = f"{unit['model']}/{unit['norm']}"
         spec = norm_spec(unit["norm"], config.q, config.warmup)
         # MLP: the norm before each activation; ViT: its pre-norms (as DiT/MaxViT's LayerNorms).
         norm_args = {"norm": spec} if unit["model"] == "vit" else {"pre_norm": spec}
         activation = "gelu" if unit["model"] == "vit" else "relu"
-        settings = TrainSettings(optimizer="adam", steps=config.steps, batch_size=config.batch_size,
-                                 lr=config.vit_lr if unit["model"] == "vit" else config.lr)
+        settings = adam_settings(config, unit["model"])
         with torch_threads(1):
             for seed in seeds:
                 model = build_classifier(unit["model"], data, activation, seed=seed, **norm_args)
@@ -127,8 +124,7 @@ class AccumulationStop(Experiment):
                 out = train(model, data.x_train, data.y_train, settings,
                             generator=torch.Generator().manual_seed(seed), on_step=stamp)
                 if out.status != STATUS_OK:
-                    result.status = out.status
-                    result.add(run, seed, out.steps, "", "train_loss", math.nan)
+                    record_diverged(result, out.status, run, seed, out.steps)
                     continue
                 times = np.diff(stamps)
                 warm, after = times[:config.warmup], times[config.warmup:]

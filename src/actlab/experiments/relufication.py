@@ -18,6 +18,12 @@ import pandas as pd
 import torch
 
 from actlab.errors import ConfigError
+from actlab.experiments._image_common import (
+    adam_settings,
+    check_models,
+    load_config_data,
+    record_diverged,
+)
 from actlab.runner.experiment import (
     STATUS_OK,
     Claim,
@@ -27,13 +33,7 @@ from actlab.runner.experiment import (
     UnitResult,
     register,
 )
-from actlab.train.classify import (
-    MODEL_KINDS,
-    TrainSettings,
-    check_data_fields,
-    load_image_data,
-    torch_threads,
-)
+from actlab.train.classify import MODEL_KINDS, TrainSettings, check_data_fields, torch_threads
 
 PHASES = ("before", "swapped", "after")
 
@@ -55,9 +55,7 @@ class ReluficationConfig:
 
     def __post_init__(self) -> None:
         check_data_fields(self.cifar_dir, self.cifar_limit)
-        bad = [m for m in self.models if m not in MODEL_KINDS]
-        if bad or not self.models:
-            raise ConfigError("models", f"choose from {', '.join(MODEL_KINDS)}, got {bad or 'none'}")
+        check_models(self.models)
         if self.steps < 1 or self.finetune_epochs < 0 or self.batch_size < 1 or self.threads < 1:
             raise ConfigError("steps", "steps, batch_size, threads >= 1 and finetune_epochs >= 0 needed")
         if min(self.lr, self.vit_lr, self.finetune_lr) <= 0:
@@ -93,10 +91,9 @@ class Relufication(Experiment):
         )
 
         result = UnitResult()
-        data = load_image_data(config.cifar_dir, config.cifar_limit or None)
+        data = load_config_data(config)
         run = unit["model"]
-        settings = TrainSettings(optimizer="adam", steps=config.steps, batch_size=config.batch_size,
-                                 lr=config.vit_lr if unit["model"] == "vit" else config.lr)
+        settings = adam_settings(config, unit["model"])
         epoch = math.ceil(len(data.x_train) / config.batch_size)
         finetune = TrainSettings(optimizer="adam", lr=config.finetune_lr, batch_size=config.batch_size,
                                  steps=max(1, config.finetune_epochs * epoch))
@@ -112,8 +109,7 @@ class Relufication(Experiment):
                 model = build_classifier(unit["model"], data, "gelu", seed=seed)
                 out = fit_and_measure(model, data, settings, seed=seed, progress=ctx.progress)
                 if out.status != STATUS_OK:
-                    result.status = out.status
-                    result.add(run, seed, out.steps, "before", "train_loss", math.nan)
+                    record_diverged(result, out.status, run, seed, out.steps, "before")
                     continue
                 measure(model, "before", seed, config.steps)
                 replaced = actlab.patch_(model, "relu")
@@ -122,8 +118,8 @@ class Relufication(Experiment):
                 tuned = train(model, data.x_train, data.y_train, finetune,
                               generator=torch.Generator().manual_seed(seed + 1))
                 if tuned.status != STATUS_OK:
-                    result.status = tuned.status
-                    result.add(run, seed, config.steps + tuned.steps, "after", "train_loss", math.nan)
+                    record_diverged(result, tuned.status, run, seed, config.steps + tuned.steps,
+                                    "after")
                     continue
                 measure(model, "after", seed, config.steps + tuned.steps)
         return result

@@ -10,7 +10,6 @@ negative activation inputs and the sparsity (``|a| < 1e-7``), mean ± sd over se
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,6 +17,11 @@ import numpy as np
 import pandas as pd
 
 from actlab.errors import ConfigError
+from actlab.experiments._image_common import (
+    adam_settings,
+    load_config_data,
+    record_diverged,
+)
 from actlab.runner.experiment import (
     STATUS_OK,
     Claim,
@@ -27,13 +31,7 @@ from actlab.runner.experiment import (
     UnitResult,
     register,
 )
-from actlab.train.classify import (
-    MODEL_KINDS,
-    TrainSettings,
-    check_data_fields,
-    load_image_data,
-    torch_threads,
-)
+from actlab.train.classify import MODEL_KINDS, check_data_fields, torch_threads
 
 ACTIVATIONS = ["relu", "gelu", "silu", "relu2", "gelu2", "relu2:clip=15", "relu2:clip=50",
                "noisy_relu", "sugar"]
@@ -120,17 +118,15 @@ class SparseActivations(Experiment):
         result = UnitResult()
         model_kind, _ = parse_setup(unit["setup"])
         run = f"{unit['setup']}/{unit['activation']}"
-        data = load_image_data(config.cifar_dir, config.cifar_limit or None)
-        settings = TrainSettings(optimizer="adam", lr=config.vit_lr if model_kind == "vit" else config.lr,
-                                 steps=config.steps, batch_size=config.batch_size)
+        data = load_config_data(config)
+        settings = adam_settings(config, model_kind)
         with torch_threads(config.threads):
             for seed in seeds:
                 model = build_classifier(model_kind, data, unit["activation"], seed=seed,
                                          **setup_model_args(unit["setup"]))
                 out = fit_and_measure(model, data, settings, seed=seed, progress=ctx.progress)
                 if out.status != STATUS_OK:
-                    result.status = out.status
-                    result.add(run, seed, out.steps, "", "train_loss", math.nan)
+                    record_diverged(result, out.status, run, seed, out.steps)
                     continue
                 for metric in METRICS:
                     result.add(run, seed, out.steps, "", metric, getattr(out, metric))

@@ -24,6 +24,12 @@ import numpy as np
 import pandas as pd
 
 from actlab.errors import ConfigError
+from actlab.experiments._image_common import (
+    adam_settings,
+    check_models,
+    load_config_data,
+    record_diverged,
+)
 from actlab.runner.experiment import (
     STATUS_OK,
     Claim,
@@ -33,13 +39,7 @@ from actlab.runner.experiment import (
     UnitResult,
     register,
 )
-from actlab.train.classify import (
-    MODEL_KINDS,
-    TrainSettings,
-    check_data_fields,
-    load_image_data,
-    torch_threads,
-)
+from actlab.train.classify import MODEL_KINDS, check_data_fields, torch_threads
 
 PUBLISHED = {"A": 0.978, "B": 0.635, "N": 16.72, "r2": 0.565}  # seed 003 §4.1, N = 79 points
 METHODS = ("percentile", "topk")
@@ -62,9 +62,7 @@ class SparsityConfig:
 
     def __post_init__(self) -> None:
         check_data_fields(self.cifar_dir, self.cifar_limit)
-        bad = [m for m in self.models if m not in MODEL_KINDS]
-        if bad or not self.models:
-            raise ConfigError("models", f"choose from {', '.join(MODEL_KINDS)}, got {bad or 'none'}")
+        check_models(self.models)
         for name in ("percentile_levels", "topk_levels"):
             levels = getattr(self, name)
             if any(not 0.0 < v < 1.0 for v in levels):
@@ -113,18 +111,15 @@ class Sparsity(Experiment):
 
         result = UnitResult()
         run = f"{unit['model']}/{unit['method']}/{unit['level']:g}"
-        data = load_image_data(config.cifar_dir, config.cifar_limit or None)
-        lr = config.vit_lr if unit["model"] == "vit" else config.lr
-        settings = TrainSettings(optimizer="adam", lr=lr, steps=config.steps,
-                                 batch_size=config.batch_size)
+        data = load_config_data(config)
+        settings = adam_settings(config, unit["model"])
         with torch_threads(config.threads):
             for seed in seeds:
                 model = build_classifier(unit["model"], data, seed=seed,
                                          **point_model_args(unit["method"], unit["level"]))
                 out = fit_and_measure(model, data, settings, seed=seed, progress=ctx.progress)
                 if out.status != STATUS_OK:
-                    result.status = out.status
-                    result.add(run, seed, out.steps, "", "train_loss", math.nan)
+                    record_diverged(result, out.status, run, seed, out.steps)
                     continue
                 for metric in ("accuracy", "neg_frac", "sparsity", "final_loss"):
                     result.add(run, seed, out.steps, "", metric if metric != "final_loss"

@@ -1,0 +1,53 @@
+"""Shared plumbing of the digits/CIFAR classification experiments (seed 003).
+
+``sparsity``, ``sparse-activations``, ``relufication`` and ``accumulation-stop`` share the
+same config fields (``models``, ``batch_size``, ``lr``, ``vit_lr``, ``cifar_dir``,
+``cifar_limit``), load their data and build their Adam settings the same way, and record a
+diverged run the same way. Those pieces live here; the config classes keep their fields
+(and their order) themselves.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Protocol
+
+from actlab.errors import ConfigError
+from actlab.runner.experiment import UnitResult
+from actlab.train.classify import MODEL_KINDS, TrainSettings, load_image_data
+
+
+class ImageTrainingConfig(Protocol):
+    """The config fields the helpers below read."""
+
+    steps: int
+    batch_size: int
+    lr: float
+    vit_lr: float
+    cifar_dir: str
+    cifar_limit: int
+
+
+def check_models(models: list[str]) -> None:
+    """``ConfigError`` on the ``models`` field unless it is a non-empty list of model kinds."""
+    bad = [m for m in models if m not in MODEL_KINDS]
+    if bad or not models:
+        raise ConfigError("models", f"choose from {', '.join(MODEL_KINDS)}, got {bad or 'none'}")
+
+
+def load_config_data(config: ImageTrainingConfig) -> Any:
+    """Digits, or the first ``cifar_limit`` CIFAR-10 images of ``cifar_dir`` when it is set."""
+    return load_image_data(config.cifar_dir, config.cifar_limit or None)
+
+
+def adam_settings(config: ImageTrainingConfig, model_kind: str) -> TrainSettings:
+    """Adam for ``config.steps`` steps at ``vit_lr`` for the ViT, ``lr`` for the other models."""
+    return TrainSettings(optimizer="adam", lr=config.vit_lr if model_kind == "vit" else config.lr,
+                         steps=config.steps, batch_size=config.batch_size)
+
+
+def record_diverged(result: UnitResult, status: str, run: str, seed: int, step: int,
+                    layer: str = "") -> None:
+    """Mark the unit with a failed training ``status`` and record its loss as ``nan``."""
+    result.status = status
+    result.add(run, seed, step, layer, "train_loss", math.nan)
