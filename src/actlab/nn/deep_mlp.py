@@ -21,6 +21,9 @@ the biases to zero (the setting of the handbook's derivations):
 
 Weights are normal unless ``distribution="uniform"`` (same variance). All draws come from
 the ``generator`` passed in, so a seed fixes the network.
+The standard deviations come from :func:`actlab.init.weight_std` (with the gain passed
+explicitly where this module's conventions differ: ``orthogonal``'s gain 1 over sqrt(fan_in));
+``torch-default`` keeps ``nn.Linear``'s own ``1 / sqrt(3 fan_in)`` bit for bit.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from typing import Literal
 import torch
 from torch import nn
 
+from actlab import init
 from actlab.errors import ConfigError
 
 Norm = Literal["batch", "layer"] | None
@@ -77,15 +81,17 @@ def weight_std(
         if std is None or not std > 0:
             raise ConfigError("std", f"the 'std' scheme needs a standard deviation > 0, got {std}")
         return float(std)
-    if scheme == "xavier":
-        return (1.0 if gain is None else gain) * math.sqrt(2.0 / (fan_in + fan_out))
-    if scheme == "he":
-        return (math.sqrt(2.0) if gain is None else gain) / math.sqrt(fan_in)
     if scheme == "torch-default":
+        # nn.Linear's own formula: actlab.init's (1/sqrt(3)) / sqrt(fan_in) differs in the last
+        # bit, which would move the handbook's float64 numbers.
         return (1.0 if gain is None else gain) / math.sqrt(3.0 * fan_in)
-    if scheme == "fixed-point":
-        return (fixed_point_gain(activation) if gain is None else gain) / math.sqrt(fan_in)
-    return (1.0 if gain is None else gain) / math.sqrt(fan_in)  # orthogonal
+    if gain is None and scheme == "fixed-point":
+        gain = fixed_point_gain(activation)
+    elif gain is None:
+        gain = math.sqrt(2.0) if scheme == "he" else 1.0  # xavier, orthogonal: 1
+    # Orthogonal here means gain / sqrt(fan_in) (actlab.init scales by the larger fan), i.e. the
+    # fan-in formula that ``he`` computes for an explicit gain.
+    return init.weight_std("he" if scheme == "orthogonal" else scheme, fan_in, fan_out, gain=gain)
 
 
 @torch.no_grad()
