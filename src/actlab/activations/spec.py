@@ -596,6 +596,10 @@ class SpecActivation(Activation):
             if post_ops and defn.fast_inplace is not None:
                 kernel, self._inplace_ok = defn.fast_inplace, True
             self._fn = partial(kernel, **params) if params else kernel
+        # Out-of-place kernel for torch.func transforms (vmap, grad, jvp), where the custom
+        # autograd nodes and in-place writes of the fast paths are not allowed.
+        plain = self.core if self.core is not None else (defn.fast or defn.fn)
+        self._plain_fn = partial(plain, **params) if params and self.core is None else plain
         if self.clip is not None:
             self._inplace_ok = True  # clamp_max returns a fresh tensor it does not save
         # Fast path: one autograd node for function + shift/centring (see fused.py).
@@ -612,6 +616,7 @@ class SpecActivation(Activation):
         state = dict(state)
         state.pop("_fn", None)
         state.pop("_fused", None)
+        state.pop("_plain_fn", None)
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -620,6 +625,8 @@ class SpecActivation(Activation):
 
     def forward(self, x: Tensor) -> Tensor:
         """Apply the activation and its options."""
+        if torch._C._are_functorch_transforms_active():
+            return self._forward_out_of_place(x)
         if self._fused is not None:
             dim = feature_dim(x) if self.center is not None else None
             y = fused_shift_center(x, self._fused, self.shift, dim)
@@ -631,6 +638,20 @@ class SpecActivation(Activation):
             y = y.sub_(self.shift) if self._inplace_ok else y - self.shift
         if self.center is not None:
             y = self.center(y, inplace=self._inplace_ok or self.shift != 0.0)
+        if self.topk is not None:
+            y = topk_sparsify(y, self.topk)
+        return y
+
+
+    def _forward_out_of_place(self, x: Tensor) -> Tensor:
+        """The same function with plain out-of-place ops, so torch.func can transform it."""
+        y = self._plain_fn(x)
+        if self.clip is not None:
+            y = torch.clamp_max(y, self.clip)
+        if self.shift != 0.0:
+            y = y - self.shift
+        if self.center is not None:
+            y = self.center(y, inplace=False)
         if self.topk is not None:
             y = topk_sparsify(y, self.topk)
         return y

@@ -76,13 +76,19 @@ class NoisyReLUCore(nn.Module):
 
 
 class _SugarFunction(torch.autograd.Function):
-    """ReLU forward, B-SiLU surrogate backward."""
+    """ReLU forward, B-SiLU surrogate backward (also under torch.func's vmap and grad)."""
+
+    generate_vmap_rule = True
 
     @staticmethod
-    def forward(ctx, x: Tensor, alpha: float) -> Tensor:  # type: ignore[override]
+    def forward(x: Tensor, alpha: float) -> Tensor:  # type: ignore[override]
+        return torch.clamp_min(x, 0.0)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output) -> None:  # type: ignore[override]
+        x, alpha = inputs
         ctx.save_for_backward(x)
         ctx.alpha = alpha
-        return torch.clamp_min(x, 0.0)
 
     @staticmethod
     def backward(ctx, grad_output: Tensor) -> tuple[Tensor, None]:  # type: ignore[override]
