@@ -2,21 +2,19 @@
 
 from __future__ import annotations
 
-import pandas as pd
+import sys
+from pathlib import Path
+
 import pytest
-import torch
 
 from actlab.errors import ConfigError
 from actlab.runner.config import build_config
-from actlab.runner.experiment import METRIC_COLUMNS, RunContext, UnitContext, get_experiment
+from actlab.runner.experiment import get_experiment
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _inline_run import one_thread, run_inline  # noqa: E402, F401 (one_thread: a fixture)
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 TINY = {"activations": "relu,tanh,sugar", "conditions": "main,sweep", "steps": 120,
@@ -26,16 +24,7 @@ TINY = {"activations": "relu,tanh,sugar", "conditions": "main,sweep", "steps": 1
 
 def _run(tmp_path, overrides):
     exp = get_experiment("drift")
-    config = build_config(exp.Config, overrides)
-    rows, results = [], []
-    for unit in exp.units(config):
-        res = exp.run_unit(config, unit, [0], UnitContext(workdir=tmp_path))
-        rows += res.rows
-        results.append({"unit": unit, "seeds": [0], "status": res.status, "error": res.error,
-                        "data": res.data})
-    table = pd.DataFrame(rows, columns=list(METRIC_COLUMNS))
-    ctx = RunContext(out_dir=tmp_path, figures_dir=tmp_path / "figures")
-    summary = exp.summarize(config, table, results, ctx)
+    summary, table, _ = run_inline(exp, build_config(exp.Config, overrides), tmp_path)
     return exp, summary, table
 
 

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import math
+import sys
+from pathlib import Path
 
-import pandas as pd
 import pytest
 import torch
 
@@ -20,7 +21,9 @@ from actlab.experiments.init_study import (
     train_binary_sgd,
 )
 from actlab.runner.config import build_config
-from actlab.runner.experiment import METRIC_COLUMNS, RunContext, UnitContext
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _inline_run import run_inline  # noqa: E402
 
 LN2 = math.log(2)
 
@@ -68,16 +71,7 @@ def test_unknown_configuration_is_a_config_error_with_suggestion():
 
 
 def _run(exp, config, seeds, tmp_path):
-    rows, results = [], []
-    for unit in exp.units(config):
-        for seed in seeds:
-            result = exp.run_unit(config, unit, [seed], UnitContext(workdir=tmp_path))
-            rows += result.rows
-            results.append({"unit": unit, "seeds": [seed], "status": result.status,
-                            "error": result.error, "data": result.data})
-    table = pd.DataFrame(rows, columns=METRIC_COLUMNS)
-    summary = exp.summarize(config, table, results,
-                            RunContext(out_dir=tmp_path, figures_dir=tmp_path / "figures"))
+    summary, _, results = run_inline(exp, config, tmp_path, [[seed] for seed in seeds])
     return summary, results
 
 

@@ -2,27 +2,22 @@
 
 from __future__ import annotations
 
-import pandas as pd
+import sys
+from pathlib import Path
+
 import pytest
 
 from actlab.errors import ConfigError
 from actlab.experiments.normalization import NormalizationExperiment
 from actlab.experiments.signal import SignalExperiment
 from actlab.runner.config import build_config
-from actlab.runner.experiment import METRIC_COLUMNS, RunContext, UnitContext
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _inline_run import run_inline  # noqa: E402
 
 
 def _run(exp, tmp_path, overrides=None):
-    config = build_config(exp.Config, overrides or {})
-    rows, results = [], []
-    for unit in exp.units(config):
-        result = exp.run_unit(config, unit, [0], UnitContext(workdir=tmp_path))
-        rows += result.rows
-        results.append({"unit": unit, "seeds": [0], "status": result.status,
-                        "error": result.error, "data": result.data})
-    table = pd.DataFrame(rows, columns=METRIC_COLUMNS)
-    ctx = RunContext(out_dir=tmp_path, figures_dir=tmp_path / "figures")
-    return exp.summarize(config, table, results, ctx)
+    return run_inline(exp, build_config(exp.Config, overrides or {}), tmp_path)[0]
 
 
 @pytest.fixture(scope="module")

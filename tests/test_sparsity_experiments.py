@@ -2,34 +2,24 @@
 
 from __future__ import annotations
 
-import pandas as pd
+import sys
+from pathlib import Path
+
 import pytest
-import torch
 
 from actlab.errors import ConfigError
 from actlab.runner.config import build_config
-from actlab.runner.experiment import METRIC_COLUMNS, RunContext, UnitContext, get_experiment
+from actlab.runner.experiment import get_experiment
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _inline_run import one_thread, run_inline  # noqa: E402, F401 (one_thread: a fixture)
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _run(name, overrides, tmp_path, seeds=(0,)):
     exp = get_experiment(name)
-    config = build_config(exp.Config, overrides)
-    rows, results = [], []
-    for unit in exp.units(config):
-        res = exp.run_unit(config, unit, list(seeds), UnitContext(workdir=tmp_path))
-        rows += res.rows
-        results.append({"unit": unit, "seeds": list(seeds), "status": res.status,
-                        "error": res.error, "data": res.data})
-    table = pd.DataFrame(rows, columns=list(METRIC_COLUMNS))
-    summary = exp.summarize(config, table, results, RunContext(tmp_path, tmp_path / "figures"))
+    summary, _, _ = run_inline(exp, build_config(exp.Config, overrides), tmp_path, [seeds])
     return exp, summary
 
 
