@@ -34,6 +34,8 @@ from torch import nn
 SCHEMES = ("xavier", "he", "torch-default", "fixed-point", "orthogonal")
 MODES = ("fan_in", "fan_out")
 DISTRIBUTIONS = ("normal", "uniform")
+# A uniform draw on [-r, r] has std r / sqrt(3): the bound that matches a given std.
+UNIFORM_BOUND_PER_STD = math.sqrt(3.0)
 
 # torch.nn.init.calculate_gain names that are linear maps (gain 1 in both conventions).
 _LINEAR_NAMES = (
@@ -137,7 +139,7 @@ def weight_bound(
     gain: float | None = None,
 ) -> float:
     """Bound ``r`` of the uniform distribution on ``[-r, r]`` with :func:`weight_std`'s std (√3 · std)."""
-    return math.sqrt(3.0) * weight_std(scheme, fan_in, fan_out, activation, mode, gain)
+    return UNIFORM_BOUND_PER_STD * weight_std(scheme, fan_in, fan_out, activation, mode, gain)
 
 
 def _layers(module: nn.Module) -> Iterator[nn.Module]:
@@ -183,7 +185,7 @@ def initialize_(
                 if distribution == "normal":
                     weight.normal_(0.0, std, generator=generator)
                 else:
-                    bound = math.sqrt(3.0) * std
+                    bound = UNIFORM_BOUND_PER_STD * std
                     weight.uniform_(-bound, bound, generator=generator)
             if layer.bias is not None:
                 layer.bias.zero_()

@@ -122,7 +122,7 @@ def init_linear_(
             draw = torch.randn(weight.shape, generator=generator, dtype=torch.float64)
             weight.copy_((sd * draw).to(weight.dtype))
         elif distribution == "uniform":
-            bound = sd * math.sqrt(3.0)
+            bound = sd * init.UNIFORM_BOUND_PER_STD
             draw = torch.rand(weight.shape, generator=generator, dtype=torch.float64)
             weight.copy_((bound * (2 * draw - 1)).to(weight.dtype))
         else:
