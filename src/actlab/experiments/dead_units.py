@@ -25,6 +25,7 @@ import torch
 import actlab
 from actlab.data.spirals import data_seed, two_spirals
 from actlab.errors import ConfigError
+from actlab.experiments._common import check_input_scale, require_at_least_one, require_positive
 from actlab.measure.signal import dead_unit_share
 from actlab.nn.deep_mlp import DeepMLP, deep_mlp
 from actlab.runner.experiment import (
@@ -62,16 +63,11 @@ class DeadUnitsConfig:
     deep_width: int = 32
 
     def __post_init__(self) -> None:
-        for name in ("hidden", "epochs", "batch_size", "n_train", "deep_depth", "deep_width"):
-            if getattr(self, name) < 1:
-                raise ConfigError(name, f"must be >= 1, got {getattr(self, name)}")
-        for name in ("lr_large", "lr_small"):
-            if not getattr(self, name) > 0:
-                raise ConfigError(name, f"must be > 0, got {getattr(self, name)}")
+        require_at_least_one(self, ("hidden", "epochs", "batch_size", "n_train", "deep_depth", "deep_width"))
+        require_positive(self, ("lr_large", "lr_small"))
         if self.batch_size > self.n_train:
             raise ConfigError("batch_size", f"must be <= n_train ({self.n_train})")
-        if self.input_scale not in ("unit", "radius"):
-            raise ConfigError("input_scale", f"must be 'unit' or 'radius', got {self.input_scale!r}")
+        check_input_scale(self.input_scale)
 
 
 def dead_shares(model: DeepMLP, x: torch.Tensor, batch_size: int) -> dict:

@@ -35,6 +35,7 @@ import pandas as pd
 import torch
 
 from actlab.errors import ConfigError
+from actlab.experiments._common import check_activation_specs, require_at_least_one
 from actlab.runner.experiment import (
     STATUS_DIVERGED,
     Claim,
@@ -84,12 +85,8 @@ class DriftConfig:
     def __post_init__(self) -> None:
         from actlab.init import SCHEMES
 
-        for name in ("steps", "batch_size", "hidden", "in_dim", "out_dim", "n_random",
-                     "record_every", "loss_every", "threads"):
-            if getattr(self, name) < 1:
-                raise ConfigError(name, f"must be >= 1, got {getattr(self, name)}")
-        if self.depth < 1:
-            raise ConfigError("depth", f"must be >= 1, got {self.depth}")
+        require_at_least_one(self, ("steps", "batch_size", "hidden", "in_dim", "out_dim", "n_random",
+                                    "record_every", "loss_every", "threads", "depth"))
         if self.lr <= 0 or self.digits_lr <= 0 or self.skip_lr <= 0:
             raise ConfigError("lr", "learning rates must be > 0")
         for name in ("optimizer", "digits_optimizer", "skip_optimizer"):
@@ -103,13 +100,7 @@ class DriftConfig:
             raise ConfigError("conditions", f"choose from {', '.join(CONDITIONS)}, got {bad or 'none'}")
         if not self.activations:
             raise ConfigError("activations", "need at least one activation")
-        import actlab
-
-        for spec in self.activations + self.sweep_activations:
-            try:
-                actlab.activation(spec)
-            except ValueError as exc:
-                raise ConfigError("activations", str(exc)) from None
+        check_activation_specs(self.activations + self.sweep_activations)
         for item in self.sweep:
             parse_sweep_item(item)
 

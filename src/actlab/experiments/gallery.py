@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import torch
 
 from actlab.errors import ConfigError
+from actlab.experiments._common import require_at_least_one, require_positive
 from actlab.runner.experiment import (
     Claim,
     Experiment,
@@ -70,11 +71,8 @@ class GalleryConfig:
     def __post_init__(self) -> None:
         if not (math.isfinite(self.q_shift) and self.q_shift > 0):
             raise ConfigError("q_shift", f"must be a finite number > 0, got {self.q_shift}")
-        for name in ("depth", "width", "n_examples"):
-            if getattr(self, name) < 1:
-                raise ConfigError(name, f"must be >= 1, got {getattr(self, name)}")
-        if not self.plot_range > 0:
-            raise ConfigError("plot_range", f"must be > 0, got {self.plot_range}")
+        require_at_least_one(self, ("depth", "width", "n_examples"))
+        require_positive(self, ("plot_range",))
 
 
 def elementwise_activations() -> list[str]:

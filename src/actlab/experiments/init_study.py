@@ -39,6 +39,7 @@ from torch import nn
 
 from actlab.data.spirals import data_seed, two_spirals
 from actlab.errors import ConfigError
+from actlab.experiments._common import check_input_scale, require_at_least_one, require_positive
 from actlab.measure.signal import logistic_cross_entropy, weight_grad_norms
 from actlab.nn.deep_mlp import deep_mlp
 from actlab.runner.experiment import (
@@ -139,17 +140,13 @@ class InitStudyConfig:
                 raise ConfigError("configurations", f"unknown configuration {name!r}{hint}")
         if not self.configurations:
             raise ConfigError("configurations", "need at least one")
-        for name in ("depth", "width", "n_train", "n_test", "batch_size", "epochs", "late_window"):
-            if getattr(self, name) < 1:
-                raise ConfigError(name, f"must be >= 1, got {getattr(self, name)}")
+        require_at_least_one(self, ("depth", "width", "n_train", "n_test", "batch_size", "epochs", "late_window"))
         if self.batch_size > self.n_train:
             raise ConfigError("batch_size", f"must be <= n_train ({self.n_train})")
         if self.late_window > self.epochs:
             raise ConfigError("late_window", f"must be <= epochs ({self.epochs})")
-        if not self.lr > 0:
-            raise ConfigError("lr", f"must be > 0, got {self.lr}")
-        if self.input_scale not in ("unit", "radius"):
-            raise ConfigError("input_scale", f"must be 'unit' or 'radius', got {self.input_scale!r}")
+        require_positive(self, ("lr",))
+        check_input_scale(self.input_scale)
 
 
 def spiral_sets(config: InitStudyConfig, seed: int):

@@ -22,6 +22,7 @@ import torch
 
 from actlab.data.spirals import data_seed
 from actlab.errors import ConfigError
+from actlab.experiments._common import require_at_least_one
 from actlab.measure.signal import half_squared_error, weight_grad_norms
 from actlab.nn.deep_mlp import deep_mlp
 from actlab.runner.experiment import (
@@ -59,9 +60,7 @@ class NormalizationConfig:
     n_inputs: int = 500
 
     def __post_init__(self) -> None:
-        for name in ("width", "depth", "n_inputs"):
-            if getattr(self, name) < 1:
-                raise ConfigError(name, f"must be >= 1, got {getattr(self, name)}")
+        require_at_least_one(self, ("width", "depth", "n_inputs"))
         if self.n_inputs < 2:
             raise ConfigError("n_inputs", "batch norm needs at least 2 inputs")
 

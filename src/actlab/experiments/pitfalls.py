@@ -35,7 +35,7 @@ import torch
 from torch import nn
 
 from actlab.data.spirals import data_seed, two_spirals
-from actlab.errors import ConfigError
+from actlab.experiments._common import require_at_least_one, require_positive
 from actlab.nn.deep_mlp import deep_mlp, weight_std
 from actlab.runner.experiment import (
     Claim,
@@ -65,11 +65,8 @@ class PitfallsConfig:
     constant_weight: float = 0.2
 
     def __post_init__(self) -> None:
-        for name in ("n_train", "n_test", "hidden_layers", "hidden_width", "batch_size", "epochs"):
-            if getattr(self, name) < 1:
-                raise ConfigError(name, f"must be >= 1, got {getattr(self, name)}")
-        if not self.lr > 0:
-            raise ConfigError("lr", f"must be > 0, got {self.lr}")
+        require_at_least_one(self, ("n_train", "n_test", "hidden_layers", "hidden_width", "batch_size", "epochs"))
+        require_positive(self, ("lr",))
 
 
 def _train_spirals(config: PitfallsConfig, activation: str, seed: int,

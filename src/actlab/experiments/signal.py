@@ -24,6 +24,7 @@ import torch
 
 from actlab.data.spirals import data_seed
 from actlab.errors import ConfigError
+from actlab.experiments._common import require_at_least_one
 from actlab.measure.signal import predicted_profile, signal_profile
 from actlab.nn.deep_mlp import deep_mlp, weight_std
 from actlab.runner.experiment import (
@@ -94,9 +95,7 @@ class SignalConfig:
     saturation_threshold: float = 0.99
 
     def __post_init__(self) -> None:
-        for name in ("width", "depth", "n_inputs", "hist_width", "hist_depth"):
-            if getattr(self, name) < 1:
-                raise ConfigError(name, f"must be >= 1, got {getattr(self, name)}")
+        require_at_least_one(self, ("width", "depth", "n_inputs", "hist_width", "hist_depth"))
         if not 0 < self.saturation_threshold < 1:
             raise ConfigError("saturation_threshold", f"must be in (0, 1), got {self.saturation_threshold}")
 

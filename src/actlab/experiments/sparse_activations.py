@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 from actlab.errors import ConfigError
+from actlab.experiments._common import check_activation_specs
 from actlab.experiments._image_common import (
     adam_settings,
     load_config_data,
@@ -76,15 +77,9 @@ class SparseActivationsConfig:
 
     def __post_init__(self) -> None:
         check_data_fields(self.cifar_dir, self.cifar_limit)
-        import actlab
-
         if not self.activations or not self.setups:
             raise ConfigError("activations", "need at least one activation and one setup")
-        for spec in self.activations:
-            try:
-                actlab.activation(spec)
-            except ValueError as exc:
-                raise ConfigError("activations", str(exc)) from None
+        check_activation_specs(self.activations)
         for setup in self.setups:
             parse_setup(setup)
         if self.steps < 1 or self.batch_size < 1 or self.threads < 1:

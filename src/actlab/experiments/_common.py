@@ -1,0 +1,39 @@
+"""Config checks shared by several experiments (each raises ``ConfigError`` naming the field)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from actlab.errors import ConfigError
+
+
+def require_at_least_one(config: Any, names: Iterable[str]) -> None:
+    """``ConfigError`` on the first of the integer fields ``names`` that is below 1."""
+    for name in names:
+        if getattr(config, name) < 1:
+            raise ConfigError(name, f"must be >= 1, got {getattr(config, name)}")
+
+
+def require_positive(config: Any, names: Iterable[str]) -> None:
+    """``ConfigError`` on the first of the fields ``names`` that is not > 0 (nan included)."""
+    for name in names:
+        if not getattr(config, name) > 0:
+            raise ConfigError(name, f"must be > 0, got {getattr(config, name)}")
+
+
+def check_activation_specs(specs: Iterable[str], field: str = "activations") -> None:
+    """``ConfigError`` on ``field`` for the first spec the activation registry rejects."""
+    import actlab
+
+    for spec in specs:
+        try:
+            actlab.activation(spec)
+        except ValueError as exc:
+            raise ConfigError(field, str(exc)) from None
+
+
+def check_input_scale(value: str) -> None:
+    """``ConfigError`` unless ``input_scale`` names a spiral scale (``unit`` or ``radius``)."""
+    if value not in ("unit", "radius"):
+        raise ConfigError("input_scale", f"must be 'unit' or 'radius', got {value!r}")
