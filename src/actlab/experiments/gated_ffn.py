@@ -22,16 +22,14 @@ Protocol, fixed before any run (the config holds every choice and threshold):
 from __future__ import annotations
 
 import copy
-import statistics
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from actlab.errors import ConfigError
+from actlab.experiments._lm_common import mean_or_nan, sd_or_nan, seeded_gpt, train_and_record
 from actlab.nn.ffn import GATE_KINDS, ffn_flops_per_token
-from actlab.nn.gpt import GPT
 from actlab.runner.experiment import (
-    STATUS_DIVERGED,
     Claim,
     Experiment,
     RunContext,
@@ -40,7 +38,7 @@ from actlab.runner.experiment import (
     register,
 )
 from actlab.train.classify import torch_threads
-from actlab.train.lm import LMScale, lm_batches, train_gpt
+from actlab.train.lm import LMScale, lm_batches
 from actlab.train.loop import measure_step
 
 SOURCE = "seed 002, Controlled Selection; GLU and Gated FFNs"
@@ -116,7 +114,7 @@ class GatedFFNExperiment(Experiment):
         c = model_config
         with torch_threads(config.threads or None):
             for seed in seeds:
-                model = GPT(model_config, seed=seed).to(ctx.device)
+                model = seeded_gpt(model_config, seed, ctx)
                 if seed == seeds[0]:
                     static = {
                         "hidden_width": c.hidden, "params": model.num_params(),
@@ -130,14 +128,7 @@ class GatedFFNExperiment(Experiment):
                                     repeats=config.timing_repeats)
                 result.add(variant, seed, 0, "", "tokens_per_s", cost["tokens_per_s"])
                 result.add(variant, seed, 0, "", "peak_bytes", cost["peak_bytes"])
-                _, outcome = train_gpt(model_config, config.train_config(), corpus, seed=seed,
-                                       batch_size=config.batch_size,
-                                       eval_batches=config.eval_batches, model=model,
-                                       progress=ctx.progress)
-                for step, value in outcome.series("val_loss"):
-                    result.add(variant, seed, step, "", "val_loss", value)
-                if outcome.status != "ok":
-                    result.status = STATUS_DIVERGED
+                train_and_record(config, model, corpus, seed, ctx, result, variant)
         return result
 
     def summarize(self, config: GatedFFNConfig, table, results: list[dict],
@@ -165,7 +156,7 @@ class GatedFFNExperiment(Experiment):
                 "ffn_flops_per_token": first("ffn_flops_per_token"),
                 "peak_memory_mb": float(rows[rows.metric == "peak_bytes"].value.max() / 2**20),
                 "tokens_per_s": float(speed.median()) if len(speed) else float("nan"),
-                "val_loss": {"mean": _mean(finite), "sd": _sd(finite), "n": len(finite)},
+                "val_loss": {"mean": mean_or_nan(finite), "sd": sd_or_nan(finite), "n": len(finite)},
                 "failed_runs": int(failed),
             }
         selection = _select(variants, config)
@@ -246,14 +237,6 @@ def _select(variants: dict[str, dict], config: GatedFFNConfig) -> dict:
 
 def _nan0(x: float) -> float:
     return 0.0 if not np.isfinite(x) else x
-
-
-def _mean(values: list[float]) -> float:
-    return float(statistics.fmean(values)) if values else float("nan")
-
-
-def _sd(values: list[float]) -> float:
-    return float(statistics.stdev(values)) if len(values) > 1 else float("nan")
 
 
 def _figure(summary: dict, ctx: RunContext) -> None:

@@ -16,15 +16,20 @@ Summary: the loss residual ``L_shifted - L_unshifted`` (paired by seed) at the e
 
 from __future__ import annotations
 
-import statistics
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from actlab.errors import ConfigError
+from actlab.experiments._lm_common import (
+    mean_or_nan,
+    probe_windows,
+    sd_or_nan,
+    seeded_gpt,
+    train_and_record,
+)
 from actlab.nn.gpt import GPT
 from actlab.runner.experiment import (
-    STATUS_DIVERGED,
     Claim,
     Experiment,
     RunContext,
@@ -33,7 +38,7 @@ from actlab.runner.experiment import (
     register,
 )
 from actlab.train.classify import torch_threads
-from actlab.train.lm import LMScale, lm_batches, probe_forward, train_gpt
+from actlab.train.lm import LMScale, probe_forward
 
 CONDITIONS = ("unshifted", "shifted")
 SOURCE = "seed 000 §4.3, App. E"
@@ -96,24 +101,12 @@ class LMShiftExperiment(Experiment):
         corpus = config.corpus()
         with torch_threads(config.threads or None):
             for seed in seeds:
-                model_config = config.model_config(activation=spec)
-                model = GPT(model_config, seed=seed).to(ctx.device)
-                _, validation = lm_batches(corpus, config.batch_size, config.block_size, seed,
-                                           config.probe_batches)
-                probe_inputs = [x.to(ctx.device) for x, _ in validation()]
-
+                model = seeded_gpt(config.model_config(activation=spec), seed, ctx)
+                probe_inputs = probe_windows(config, corpus, seed, config.probe_batches, ctx)
                 trajectory = _trajectory_recorder(result, run, seed, model, probe_inputs, config)
                 trajectory(0)
-                _, outcome = train_gpt(model_config, config.train_config(), corpus, seed=seed,
-                                       batch_size=config.batch_size,
-                                       eval_batches=config.eval_batches, model=model,
-                                       on_step=trajectory, progress=ctx.progress)
-                for record in outcome.history:
-                    for key in ("train_loss", "val_loss"):
-                        if key in record:
-                            result.add(run, seed, record["step"], "", key, record[key])
-                if outcome.status != "ok":
-                    result.status = STATUS_DIVERGED
+                train_and_record(config, model, corpus, seed, ctx, result, run,
+                                 losses=("train_loss", "val_loss"), on_step=trajectory)
         return result
 
     def summarize(self, config: LMShiftConfig, table, results: list[dict],
@@ -195,11 +188,11 @@ def _activation_summary(table, act: str, config: LMShiftConfig) -> dict:
     early = [curves["shifted"][s][early_step] - curves["unshifted"][s][early_step] for s in seeds]
     overshoot = {c: _overshoot(table, f"{act}/{c}") for c in CONDITIONS}
     return {
-        "val_loss_unshifted": _mean([finals["unshifted"][s] for s in seeds]),
-        "val_loss_shifted": _mean([finals["shifted"][s] for s in seeds]),
-        "residual_final": _mean(residuals),
-        "residual_final_sd": _sd(residuals),
-        "residual_early": _mean(early),
+        "val_loss_unshifted": mean_or_nan([finals["unshifted"][s] for s in seeds]),
+        "val_loss_shifted": mean_or_nan([finals["shifted"][s] for s in seeds]),
+        "residual_final": mean_or_nan(residuals),
+        "residual_final_sd": sd_or_nan(residuals),
+        "residual_early": mean_or_nan(early),
         "early_step": int(early_step),
         "residual_per_seed": dict(zip(map(str, seeds), residuals)),
         "seeds_shift_better": int(sum(r < 0 for r in residuals)),
@@ -216,15 +209,7 @@ def _overshoot(table, run: str) -> float:
         h = group.sort_values("step").value.to_numpy()
         if len(h) > 1 and np.all(np.isfinite(h)):
             values.append(float(np.max(np.abs(h - h[0])) - abs(h[-1] - h[0])))
-    return _mean(values)
-
-
-def _mean(values: list[float]) -> float:
-    return float(statistics.fmean(values)) if values else float("nan")
-
-
-def _sd(values: list[float]) -> float:
-    return float(statistics.stdev(values)) if len(values) > 1 else float("nan")
+    return mean_or_nan(values)
 
 
 def _figures(table, config: LMShiftConfig, ctx: RunContext) -> None:

@@ -11,16 +11,20 @@ training.
 
 from __future__ import annotations
 
-import statistics
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from actlab.activations.spec import activation
 from actlab.errors import ConfigError
-from actlab.nn.gpt import GPT
+from actlab.experiments._lm_common import (
+    mean_or_nan,
+    probe_windows,
+    sd_or_nan,
+    seeded_gpt,
+    train_and_record,
+)
 from actlab.runner.experiment import (
-    STATUS_DIVERGED,
     Claim,
     Experiment,
     RunContext,
@@ -29,7 +33,7 @@ from actlab.runner.experiment import (
     register,
 )
 from actlab.train.classify import torch_threads
-from actlab.train.lm import LMScale, lm_batches, probe_forward, train_gpt
+from actlab.train.lm import LMScale, probe_forward
 
 SOURCE = "seed 003 §6, App. B.3.1"
 ACTIVATIONS = ["relu", "gelu", "relu2", "gelu2", "relu2:clip=15", "relu2:clip=50"]
@@ -82,20 +86,12 @@ class SpikesExperiment(Experiment):
         corpus = config.corpus()
         with torch_threads(config.threads or None):
             for seed in seeds:
-                model_config = config.model_config(activation=spec)
-                model = GPT(model_config, seed=seed).to(ctx.device)
-                _, outcome = train_gpt(model_config, config.train_config(), corpus, seed=seed,
-                                       batch_size=config.batch_size,
-                                       eval_batches=config.eval_batches, model=model,
-                                       progress=ctx.progress)
-                for step, value in outcome.series("val_loss"):
-                    result.add(spec, seed, step, "", "val_loss", value)
+                model = seeded_gpt(config.model_config(activation=spec), seed, ctx)
+                outcome = train_and_record(config, model, corpus, seed, ctx, result, spec)
                 if outcome.status != "ok":
-                    result.status = STATUS_DIVERGED
                     continue
-                _, validation = lm_batches(corpus, config.batch_size, config.block_size, seed,
-                                           config.probe_batches)
-                table = probe_forward(model, [x.to(ctx.device) for x, _ in validation()],
+                table = probe_forward(model, probe_windows(config, corpus, seed,
+                                                           config.probe_batches, ctx),
                                       metrics=("act_range", "act_max", "act_min", "sparsity",
                                                "preact_neg_frac"))
                 for row in table.itertuples():
@@ -116,7 +112,7 @@ class SpikesExperiment(Experiment):
             sparsity = rows[rows.metric == "sparsity"].groupby("layer").value.mean()
             failed = [r for r in results if r["unit"].get("activation") == spec and r["status"] != "ok"]
             summary["activations"][spec] = {
-                "val_loss": {"mean": _mean(final.tolist()), "sd": _sd(final.tolist()),
+                "val_loss": {"mean": mean_or_nan(final.tolist()), "sd": sd_or_nan(final.tolist()),
                              "per_seed": {str(k): float(v) for k, v in final.items()}},
                 "max_range": {k: float(v) for k, v in per_layer.max().items()},
                 "range_mean": {k: float(v) for k, v in per_layer.mean().items()},
@@ -180,14 +176,6 @@ class SpikesExperiment(Experiment):
                                                                    " (clip at 50 never engaged)"),
                              bool(sd_clip < sd_sq) if decidable else None, SOURCE))
         return out
-
-
-def _mean(values: list[float]) -> float:
-    return float(statistics.fmean(values)) if values else float("nan")
-
-
-def _sd(values: list[float]) -> float:
-    return float(statistics.stdev(values)) if len(values) > 1 else float("nan")
 
 
 def _figure(summary: dict, ctx: RunContext) -> None:

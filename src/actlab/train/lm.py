@@ -128,19 +128,25 @@ class LMScale:
 
     def model_config(self, **overrides: Any) -> GPTConfig:
         """The :class:`GPTConfig` of these fields, with ``overrides`` (e.g. ``activation``)."""
-        fields = {f.name for f in dataclasses.fields(GPTConfig)}
-        values = {k: getattr(self, k) for k in fields if hasattr(self, k)}
-        return GPTConfig(**{**values, **overrides})
+        return _config_from(GPTConfig, self, overrides)
 
     def train_config(self, **overrides: Any) -> TrainConfig:
         """The :class:`TrainConfig` of these fields, with ``overrides``."""
-        fields = {f.name for f in dataclasses.fields(TrainConfig)}
-        values = {k: getattr(self, k) for k in fields if hasattr(self, k)}
-        return TrainConfig(**{**values, **overrides})
+        return _config_from(TrainConfig, self, overrides)
 
     def corpus(self) -> TextCorpus:
         """The text corpus named by ``data``."""
         return load_corpus(self.data)
+
+
+def _config_from(kind: type, source: Any, overrides: dict[str, Any] | None = None) -> Any:
+    """A ``kind`` dataclass from the attributes of ``source`` named like its fields.
+
+    Fields ``source`` lacks keep their defaults; ``overrides`` win over both.
+    """
+    names = {f.name for f in dataclasses.fields(kind)}
+    values = {k: getattr(source, k) for k in names if hasattr(source, k)}
+    return kind(**{**values, **(overrides or {})})
 
 
 def probe_forward(model: nn.Module, inputs: Iterable[Any], *, metrics: Sequence[str],
@@ -196,16 +202,9 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Command-line entry point (see the module docstring)."""
     args = _parser().parse_args(argv)
-    model_config = GPTConfig(block_size=args.block_size, n_layer=args.n_layer, n_head=args.n_head,
-                             n_embd=args.n_embd, mlp_ratio=args.mlp_ratio,
-                             activation=args.activation, ffn=args.ffn, norm=args.norm,
-                             dropout=args.dropout)
-    train_config = TrainConfig(steps=args.steps, lr=args.lr, warmup=args.warmup,
-                               schedule=args.schedule, min_lr_ratio=args.min_lr_ratio,
-                               weight_decay=args.weight_decay, grad_clip=args.grad_clip,
-                               eval_every=args.eval_every, log_every=args.log_every,
-                               checkpoint_every=args.checkpoint_every, dtype=args.dtype,
-                               compile=args.compile)
+    # The options are named like the config fields (``--n-layer`` -> ``n_layer``).
+    model_config = _config_from(GPTConfig, args)
+    train_config = _config_from(TrainConfig, args)
     dist = init_distributed(args.device)
     try:
         corpus = load_corpus(args.data)
