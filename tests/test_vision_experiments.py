@@ -73,6 +73,7 @@ def test_bias_component_writes_summary_figures_and_claims(tmp_path):
             "fig5_grid_shifted.png"} <= figures
     claims = outcome.claims
     assert len(claims) == 4 and all(isinstance(c["held"], bool) for c in claims)
+    assert [n.startswith("reproduced") for n in summary["note"]] == [c["held"] for c in claims]
 
 
 def test_bias_component_measurements_are_consistent_and_deterministic(tmp_path):
@@ -139,6 +140,7 @@ def test_vit_shift_summary_keys_and_adaptive_centering(tmp_path):
     assert {"fig6_residuals.png", "fig7a_hidden_mean.png"} <= figures
     claims = exp.claims(summary)
     assert len(claims) == 5 and all(isinstance(c.held, bool) for c in claims)
+    assert [n.startswith("reproduced") for n in summary["note"]] == [c.held for c in claims]
 
 
 def test_diverging_autoencoder_is_recorded_not_raised(tmp_path):

@@ -318,6 +318,9 @@ class BiasComponent(Experiment):
             summary["loss_residual_early"] = ts.finite_mean(residual.loc[summary["early_step"]])
             summary["loss_residual_final"] = ts.finite_mean(residual.iloc[-1])
         _figures(config, table, results, ctx)
+        # Which of the seed's effects this run reproduced, in words (from the claims).
+        summary["note"] = [f"{'reproduced' if c.held else 'NOT reproduced'}: {c.claim} "
+                           f"({c.measured})" for c in self.claims(summary)]
         return summary
 
     def claims(self, summary: dict) -> list[Claim]:

@@ -246,6 +246,9 @@ class ViTShift(Experiment):
             summary["test_loss_crossover_steps"] = [
                 None if math.isnan(v) else v for v in ts.crossover_steps(u, s)]
         _figures(config, table, ctx)
+        # Which of the seed's effects this run reproduced, in words (from the claims).
+        summary["note"] = [f"{'reproduced' if c.held else 'NOT reproduced'}: {c.claim} "
+                           f"({c.measured})" for c in self.claims(summary)]
         return summary
 
     def claims(self, summary: dict) -> list[Claim]:
