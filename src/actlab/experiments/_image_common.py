@@ -2,15 +2,18 @@
 
 ``sparsity``, ``sparse-activations``, ``relufication`` and ``accumulation-stop`` share the
 same config fields (``models``, ``batch_size``, ``lr``, ``vit_lr``, ``cifar_dir``,
-``cifar_limit``), load their data and build their Adam settings the same way, and record a
-diverged run the same way. Those pieces live here; the config classes keep their fields
-(and their order) themselves.
+``cifar_limit``), load their data and build their Adam settings the same way, record a
+diverged run the same way and summarize seeds by mean and sd. Those pieces live here; the
+config classes declare their fields themselves, so each keeps its field order (and thus its
+``config.json``).
 """
 
 from __future__ import annotations
 
 import math
 from typing import Any, Protocol
+
+import numpy as np
 
 from actlab.errors import ConfigError
 from actlab.runner.experiment import UnitResult
@@ -51,3 +54,10 @@ def record_diverged(result: UnitResult, status: str, run: str, seed: int, step: 
     """Mark the unit with a failed training ``status`` and record its loss as ``nan``."""
     result.status = status
     result.add(run, seed, step, layer, "train_loss", math.nan)
+
+
+def mean_and_sd(values: Any) -> tuple[float | None, float | None]:
+    """Mean and sample sd (ddof 1) of the finite ``values``; ``None`` where too few for either."""
+    v = np.asarray(values, dtype=float)
+    v = v[np.isfinite(v)]
+    return (float(v.mean()) if len(v) else None, float(v.std(ddof=1)) if len(v) > 1 else None)

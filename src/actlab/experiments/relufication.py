@@ -22,6 +22,7 @@ from actlab.experiments._image_common import (
     adam_settings,
     check_models,
     load_config_data,
+    mean_and_sd,
     record_diverged,
 )
 from actlab.runner.experiment import (
@@ -132,10 +133,8 @@ class Relufication(Experiment):
             entry: dict[str, Any] = {}
             for phase in PHASES:
                 for metric in ("accuracy", "neg_frac", "sparsity"):
-                    v = df[(df["layer"] == phase) & (df["metric"] == metric)]["value"].to_numpy(float)
-                    v = v[np.isfinite(v)]
-                    entry[f"{phase}_{metric}"] = float(v.mean()) if len(v) else None
-                    entry[f"{phase}_{metric}_sd"] = float(v.std(ddof=1)) if len(v) > 1 else None
+                    v = df[(df["layer"] == phase) & (df["metric"] == metric)]["value"]
+                    entry[f"{phase}_{metric}"], entry[f"{phase}_{metric}_sd"] = mean_and_sd(v)
             if entry["before_accuracy"] is not None and entry["after_accuracy"] is not None:
                 entry["accuracy_drop_pp"] = 100 * (entry["before_accuracy"] - entry["after_accuracy"])
             models[str(model)] = entry

@@ -21,6 +21,7 @@ from actlab.experiments._common import check_activation_specs
 from actlab.experiments._image_common import (
     adam_settings,
     load_config_data,
+    mean_and_sd,
     record_diverged,
 )
 from actlab.runner.experiment import (
@@ -136,10 +137,8 @@ class SparseActivations(Experiment):
                 df = table[table["run"] == f"{setup}/{act}"]
                 cell: dict[str, Any] = {"seeds": int(df["seed"].nunique())}
                 for metric in METRICS:
-                    values = df[df["metric"] == metric]["value"].to_numpy(dtype=float)
-                    values = values[np.isfinite(values)]
-                    cell[f"{metric}_mean"] = float(values.mean()) if len(values) else None
-                    cell[f"{metric}_sd"] = float(values.std(ddof=1)) if len(values) > 1 else None
+                    values = df[df["metric"] == metric]["value"]
+                    cell[f"{metric}_mean"], cell[f"{metric}_sd"] = mean_and_sd(values)
                 diverged = df[(df["metric"] == "train_loss") & df["value"].isna()]
                 cell["diverged_seeds"] = int(len(diverged))
                 cells.setdefault(setup, {})[act] = cell
