@@ -16,7 +16,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from actlab.errors import ConfigError
-from actlab.runner.experiment import UnitResult
+from actlab.runner.experiment import STATUS_OK, UnitResult
 from actlab.train.classify import MODEL_KINDS, TrainSettings, load_image_data
 
 
@@ -61,3 +61,18 @@ def mean_and_sd(values: Any) -> tuple[float | None, float | None]:
     v = np.asarray(values, dtype=float)
     v = v[np.isfinite(v)]
     return (float(v.mean()) if len(v) else None, float(v.std(ddof=1)) if len(v) > 1 else None)
+
+
+def data_label(config: ImageTrainingConfig, digits: str = "digits") -> str:
+    """``cifar10`` when the config points at CIFAR-10, else ``digits`` (the summary's label)."""
+    return "cifar10" if config.cifar_dir else digits
+
+
+def seeds_in(table: Any) -> list[int]:
+    """The sorted seeds that have rows in the tidy ``table``."""
+    return sorted({int(s) for s in table["seed"]})
+
+
+def failed_units(results: list[dict[str, Any]]) -> list[Any]:
+    """The units of the runner's ``results`` whose status is not ``ok``."""
+    return [r["unit"] for r in results if r["status"] != STATUS_OK]

@@ -26,8 +26,11 @@ from actlab.errors import ConfigError
 from actlab.experiments._image_common import (
     adam_settings,
     check_models,
+    data_label,
+    failed_units,
     load_config_data,
     record_diverged,
+    seeds_in,
 )
 from actlab.runner.experiment import (
     STATUS_OK,
@@ -159,10 +162,10 @@ class AccumulationStop(Experiment):
             models[model] = entry
         self._figure(models, ctx)
         return {"scale": {"steps": config.steps, "warmup": config.warmup, "q": config.q,
-                          "seeds": sorted({int(s) for s in table["seed"]}),
-                          "data": config.cifar_dir and "cifar10" or "digits",
+                          "seeds": seeds_in(table),
+                          "data": data_label(config),
                           "clock": "thread CPU time, 1 thread"},
-                "failed_or_diverged": [r["unit"] for r in results if r["status"] != STATUS_OK],
+                "failed_or_diverged": failed_units(results),
                 "models": models}
 
     def _figure(self, models: dict[str, Any], ctx: RunContext) -> None:

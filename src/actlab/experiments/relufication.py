@@ -21,9 +21,12 @@ from actlab.errors import ConfigError
 from actlab.experiments._image_common import (
     adam_settings,
     check_models,
+    data_label,
+    failed_units,
     load_config_data,
     mean_and_sd,
     record_diverged,
+    seeds_in,
 )
 from actlab.runner.experiment import (
     STATUS_OK,
@@ -140,9 +143,9 @@ class Relufication(Experiment):
             models[str(model)] = entry
         self._figure(models, ctx)
         return {"scale": {"steps": config.steps, "finetune_epochs": config.finetune_epochs,
-                          "seeds": sorted({int(s) for s in table["seed"]}),
-                          "data": config.cifar_dir and "cifar10" or "digits"},
-                "failed_or_diverged": [r["unit"] for r in results if r["status"] != STATUS_OK],
+                          "seeds": seeds_in(table),
+                          "data": data_label(config)},
+                "failed_or_diverged": failed_units(results),
                 "models": models}
 
     def _figure(self, models: dict[str, Any], ctx: RunContext) -> None:

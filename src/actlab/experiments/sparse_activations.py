@@ -20,9 +20,12 @@ from actlab.errors import ConfigError
 from actlab.experiments._common import check_activation_specs
 from actlab.experiments._image_common import (
     adam_settings,
+    data_label,
+    failed_units,
     load_config_data,
     mean_and_sd,
     record_diverged,
+    seeds_in,
 )
 from actlab.runner.experiment import (
     STATUS_OK,
@@ -143,9 +146,9 @@ class SparseActivations(Experiment):
                 cell["diverged_seeds"] = int(len(diverged))
                 cells.setdefault(setup, {})[act] = cell
         summary = {
-            "scale": {"steps": config.steps, "seeds": sorted({int(s) for s in table["seed"]}),
-                      "data": config.cifar_dir and "cifar10" or "digits", "setups": config.setups},
-            "failed_or_diverged": [r["unit"] for r in results if r["status"] != STATUS_OK],
+            "scale": {"steps": config.steps, "seeds": seeds_in(table),
+                      "data": data_label(config), "setups": config.setups},
+            "failed_or_diverged": failed_units(results),
             "table": cells,
             "table_text": format_table(cells, config.activations),
         }

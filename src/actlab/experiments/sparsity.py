@@ -27,8 +27,11 @@ from actlab.errors import ConfigError
 from actlab.experiments._image_common import (
     adam_settings,
     check_models,
+    data_label,
+    failed_units,
     load_config_data,
     record_diverged,
+    seeds_in,
 )
 from actlab.runner.experiment import (
     STATUS_OK,
@@ -142,12 +145,12 @@ class Sparsity(Experiment):
                            "neg_frac": float(values.get("neg_frac", math.nan)),
                            "sparsity": float(values["sparsity"])})
         summary: dict[str, Any] = {
-            "scale": {"steps": config.steps, "seeds": sorted({int(s) for s in table["seed"]}),
-                      "data": config.cifar_dir and "cifar10" or "digits (1438 train / 359 test)",
+            "scale": {"steps": config.steps, "seeds": seeds_in(table),
+                      "data": data_label(config, "digits (1438 train / 359 test)"),
                       "models": config.models,
                       "percentile_levels": config.percentile_levels,
                       "topk_levels": config.topk_levels},
-            "failed_or_diverged": [r["unit"] for r in results if r["status"] != STATUS_OK],
+            "failed_or_diverged": failed_units(results),
             "published": PUBLISHED,
         }
         if len(points) >= 3:

@@ -16,6 +16,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from actlab.train.classify import torch_threads
+
 
 def mean_bce(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     """Mean cross-entropy of a sigmoid output from its net input (one member of the ensemble)."""
@@ -43,12 +45,8 @@ def single_thread():
     only adds synchronisation, which becomes very costly when the cores are shared;
     parallelism comes from running units in separate processes instead.
     """
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
+    with torch_threads(1):
         yield
-    finally:
-        torch.set_num_threads(previous)
 
 
 def train_binary_sgd(
