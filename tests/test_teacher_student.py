@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import math
+import sys
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -13,31 +15,21 @@ import torch
 from actlab.errors import ConfigError
 from actlab.experiments import _ts_common as ts
 from actlab.runner.config import build_config
-from actlab.runner.experiment import METRIC_COLUMNS, RunContext, UnitContext, get_experiment
+from actlab.runner.experiment import get_experiment
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _inline_run import one_thread, run_inline  # noqa: E402, F401 (one_thread: a fixture)
 
 TINY = {"d": 4, "m": 8, "L": 2, "steps": 40, "batch_size": 16, "eval_size": 32, "log_points": 6}
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _run(name: str, overrides: dict, seeds: list[int], tmp_path):
     exp = get_experiment(name)
     config = build_config(exp.Config, overrides)
-    rows, results = [], []
-    for unit in exp.units(config):
-        result = exp.run_unit(config, unit, seeds, UnitContext(workdir=tmp_path))
-        rows += result.rows
-        results.append({"unit": unit, "seeds": seeds, "status": result.status,
-                        "error": result.error, "data": result.data})
-    table = pd.DataFrame(rows, columns=METRIC_COLUMNS)
-    ctx = RunContext(out_dir=tmp_path, figures_dir=tmp_path / "figures")
-    summary = exp.summarize(config, table, results, ctx)
+    summary, table, results = run_inline(exp, config, tmp_path, (seeds,))
     json.dumps(summary)  # summary.json must serialise
     return exp, summary, results, table
 

@@ -4,23 +4,24 @@ from __future__ import annotations
 
 import json
 import math
+import sys
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
-import torch
 
 from actlab.errors import ConfigError
 from actlab.runner.config import build_config
 from actlab.runner.driver import RunOptions, run_experiment
 from actlab.runner.experiment import (
-    METRIC_COLUMNS,
     Claim,
-    RunContext,
-    UnitContext,
     UnitResult,
     get_experiment,
 )
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _inline_run import one_thread, run_inline  # noqa: E402, F401 (one_thread: a fixture)
 
 AE_TINY = {"widths": [4, 8], "steps": 12, "batch_size": 16, "log_points": 6, "n_eval": 16,
            "n_show": 2, "grid_points": 3, "loss_every": 2, "min_fit": 1.0}
@@ -28,26 +29,13 @@ VIT_TINY = {"dim": 16, "depth": 2, "heads": 2, "steps": 8, "batch_size": 32, "lo
             "loss_every": 2}
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _run(name: str, overrides: dict, seeds: list[int], tmp_path):
     exp = get_experiment(name)
     config = build_config(exp.Config, overrides)
-    rows, results = [], []
-    for unit in exp.units(config):
-        result = exp.run_unit(config, unit, seeds, UnitContext(workdir=tmp_path))
-        rows += result.rows
-        results.append({"unit": unit, "seeds": seeds, "status": result.status,
-                        "error": result.error, "data": result.data})
-    table = pd.DataFrame(rows, columns=METRIC_COLUMNS)
-    ctx = RunContext(out_dir=tmp_path, figures_dir=tmp_path / "figures")
-    summary = exp.summarize(config, table, results, ctx)
+    summary, table, results = run_inline(exp, config, tmp_path, (seeds,))
     json.loads(json.dumps(summary, allow_nan=False))  # strict JSON, no NaN
     return exp, summary, results, table
 
