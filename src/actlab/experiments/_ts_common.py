@@ -15,7 +15,6 @@ thin wrappers that choose conditions and turn the table into figures and summari
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,6 +24,20 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from actlab.analysis import (  # noqa: F401 (re-exported for the experiments)
+    COLORS,
+    crossover_steps,
+    curves,
+    final_values,
+    finite_mean,
+    finite_median,
+    log_steps,
+    overshoot,
+    pd_frame,
+    plot_pair_curves,
+    value_at,
+)
+from actlab.analysis import pyplot as _pyplot  # noqa: F401
 from actlab.data.synthetic import GaussianStream, gaussian_inputs, seed_generator, soft_targets
 from actlab.errors import ConfigError
 from actlab.nn.residual_mlp import ResidualMLP
@@ -112,15 +125,6 @@ def loss_function(name: str) -> Callable[[Tensor, Tensor], Tensor]:
     if name == "mse":
         return F.mse_loss
     return F.cross_entropy  # targets are probabilities (see targets_from_teacher)
-
-
-def log_steps(total: int, points: int, also: Sequence[int] = ()) -> list[int]:
-    """Logging steps: 0, a geometric series (early dynamics) and a linear one (late), plus ``also``."""
-    geometric = np.unique(np.round(np.geomspace(1, total, points // 2)).astype(int))
-    linear = np.unique(np.round(np.linspace(0, total, points - points // 2 + 1)).astype(int))
-    steps = set(geometric.tolist()) | set(linear.tolist()) | {0, total}
-    steps |= {int(s) for s in also if 0 <= s <= total}
-    return sorted(steps)
 
 
 # --------------------------------------------------------------------------- training
@@ -369,61 +373,6 @@ def curvature_top(
 
 
 # --------------------------------------------------------------------------- summaries
-def final_values(table: Any, run: str, metric: str = "eval_loss") -> Any:
-    """Per-seed value of ``metric`` at the last logged step of ``run`` (a pandas Series)."""
-    rows = table[(table.run == run) & (table.metric == metric) & (table.layer == "")]
-    if rows.empty:
-        return rows.value
-    last = rows.step.max()
-    return rows[rows.step == last].set_index("seed").value.sort_index()
-
-
-def curves(table: Any, run: str, metric: str = "eval_loss", layer: str = "") -> Any:
-    """A ``steps x seeds`` pivot of ``metric`` for ``run`` (and ``layer``)."""
-    rows = table[(table.run == run) & (table.metric == metric) & (table.layer == layer)]
-    return rows.pivot_table(index="step", columns="seed", values="value", aggfunc="first")
-
-
-def value_at(curve: Any, step: float) -> Any:
-    """Row of a steps x seeds pivot at the logged step nearest ``step``."""
-    index = np.asarray(curve.index)
-    return curve.iloc[int(np.argmin(np.abs(index - step)))]
-
-
-def crossover_steps(unshifted: Any, shifted: Any) -> list[float]:
-    """Per seed: the first logged step from which the shifted loss stays below the unshifted.
-
-    ``nan`` for a seed whose shifted student does not end lower.
-    """
-    out = []
-    for seed in unshifted.columns:
-        below = (shifted[seed] < unshifted[seed]).to_numpy()
-        if not below[-1]:
-            out.append(math.nan)
-            continue
-        above = np.flatnonzero(~below)
-        first = 0 if above.size == 0 else above[-1] + 1
-        out.append(float(unshifted.index[first]))
-    return out
-
-
-def overshoot(trajectory: Any) -> Any:
-    """Peak deviation of each seed's trajectory (steps x seeds) from its final value."""
-    return (trajectory - trajectory.iloc[-1]).abs().max()
-
-
-def finite_mean(values: Any) -> float | None:
-    """Mean of the finite entries (``None`` if there are none), as a JSON-friendly float."""
-    arr = np.asarray(values, dtype=float)
-    arr = arr[np.isfinite(arr)]
-    return float(arr.mean()) if arr.size else None
-
-
-def finite_median(values: Any) -> float | None:
-    """Median of the finite entries (``None`` if there are none)."""
-    arr = np.asarray(values, dtype=float)
-    arr = arr[np.isfinite(arr)]
-    return float(np.median(arr)) if arr.size else None
 
 
 def pair_summary(table: Any, prefix: str, early_step: float) -> dict[str, Any]:
@@ -456,13 +405,6 @@ def optimal_shifts(table: Any, prefix: str, shifts: dict[str, float]) -> tuple[A
     return frame, best
 
 
-def pd_frame(columns: dict[float, Any]) -> Any:
-    """A DataFrame from ``{column: Series}`` (seeds as rows)."""
-    import pandas as pd
-
-    return pd.DataFrame(columns)
-
-
 def shift_conditions(activation: str, offsets: Sequence[float], include_zero: bool) -> dict[str, float]:
     """``{condition name: b}`` for ``b = theory + offset`` (and ``b = 0`` when asked)."""
     base = theory_shift(activation)
@@ -483,33 +425,6 @@ def describe_scale(settings: ModelSettings, seeds: int, size: str | None = None)
 
 
 # --------------------------------------------------------------------------- figures
-def _pyplot():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-COLORS = {"unshifted": "tab:blue", "shifted": "tab:red"}
-
-
-def plot_pair_curves(ax, table: Any, prefix: str, metric: str = "eval_loss", layer: str = "",
-                     log: bool = True) -> None:
-    """Thin per-seed and thick mean curves of both students on one axis."""
-    for cond, color in COLORS.items():
-        curve = curves(table, f"{prefix}/{cond}", metric, layer)
-        if curve.empty:
-            continue
-        x = np.maximum(np.asarray(curve.index, dtype=float), 1) if log else curve.index
-        ax.plot(x, curve.to_numpy(), color=color, alpha=0.2, lw=0.7)
-        ax.plot(x, curve.mean(axis=1).to_numpy(), color=color, lw=2, label=cond)
-    if log:
-        ax.set_xscale("log")
-        if metric == "eval_loss":
-            ax.set_yscale("log")
-    ax.set_xlabel("step")
 
 
 def teacher_student_figures(config: Any, table: Any, data: dict[str, Any],

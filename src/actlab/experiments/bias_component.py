@@ -39,8 +39,8 @@ import pandas as pd
 import torch
 from torch import Tensor, nn
 
+from actlab import analysis
 from actlab.errors import ConfigError
-from actlab.experiments import _ts_common as ts
 from actlab.runner.experiment import (
     STATUS_DIVERGED,
     Claim,
@@ -142,7 +142,7 @@ def load_images(config: BiasComponentConfig) -> tuple[Tensor, Tensor, str]:
 
 def checkpoint_steps(config: BiasComponentConfig) -> list[int]:
     """Evaluation steps (updates done): 0, geometric early, linear late, and the end."""
-    return ts.log_steps(config.steps, config.log_points)
+    return analysis.log_steps(config.steps, config.log_points)
 
 
 def grid_steps(checkpoints: list[int], points: int) -> list[int]:
@@ -245,8 +245,8 @@ def _rounded(t: Tensor) -> list:
 def paired_residual(table: pd.DataFrame, metric: str, prefix: str = PREFIX,
                     layer: str = "") -> pd.DataFrame:
     """``shifted - unshifted`` per seed (steps x seeds) of ``metric``, on the common steps."""
-    u = ts.curves(table, f"{prefix}/unshifted", metric, layer)
-    s = ts.curves(table, f"{prefix}/shifted", metric, layer)
+    u = analysis.curves(table, f"{prefix}/unshifted", metric, layer)
+    s = analysis.curves(table, f"{prefix}/shifted", metric, layer)
     return (s - u).dropna(how="all")
 
 
@@ -315,8 +315,8 @@ class BiasComponent(Experiment):
         residual = paired_residual(table, "test_loss")
         if not residual.empty:
             summary["early_step"] = early_step(list(residual.index), config.steps)
-            summary["loss_residual_early"] = ts.finite_mean(residual.loc[summary["early_step"]])
-            summary["loss_residual_final"] = ts.finite_mean(residual.iloc[-1])
+            summary["loss_residual_early"] = analysis.finite_mean(residual.loc[summary["early_step"]])
+            summary["loss_residual_final"] = analysis.finite_mean(residual.iloc[-1])
         _figures(config, table, results, ctx)
         # Which of the seed's effects this run reproduced, in words (from the claims).
         summary["note"] = [f"{'reproduced' if c.held else 'NOT reproduced'}: {c.claim} "
@@ -369,8 +369,8 @@ def describe_condition(table: pd.DataFrame, run: str, min_fit: float = 0.5) -> d
     reconstruction" is not yet an image, and an untrained decoder maps ``h`` and ``h_bias``
     to nearly the same blur (correlation near 1 at step 0, an artefact, not information).
     """
-    sim = ts.curves(table, run, "bias_correlation")
-    loss = ts.curves(table, run, "test_loss")
+    sim = analysis.curves(table, run, "bias_correlation")
+    loss = analysis.curves(table, run, "test_loss")
     out: dict[str, Any] = dict.fromkeys(LANDMARKS)
     if sim.empty or loss.empty:
         return {**out, "status": "missing"}
@@ -379,9 +379,9 @@ def describe_condition(table: pd.DataFrame, run: str, min_fit: float = 0.5) -> d
     fitted = mean_loss.index[(mean_loss <= min_fit * mean_loss.iloc[0]) & (mean_loss.index > 0)]
     trained = mean[mean.index.isin(fitted)].dropna()
     out.update({
-        "similarity_initial": ts.finite_mean([mean.iloc[0]]),
+        "similarity_initial": analysis.finite_mean([mean.iloc[0]]),
         "final_step": int(mean.index[-1]),
-        "final_loss": ts.finite_mean(loss.iloc[-1]),
+        "final_loss": analysis.finite_mean(loss.iloc[-1]),
         "seeds": int(sim.shape[1]),
     })
     if not trained.empty:
@@ -393,28 +393,28 @@ def describe_condition(table: pd.DataFrame, run: str, min_fit: float = 0.5) -> d
     for metric, key in (("dev_correlation", "dev_similarity_final"),
                         ("bias_input_correlation", "bias_input_correlation_final"),
                         ("bias_psnr", "bias_psnr_final"), ("bias_share", "bias_share_final")):
-        curve = ts.curves(table, run, metric)
+        curve = analysis.curves(table, run, metric)
         if not curve.empty:
-            out[key] = ts.finite_mean(curve.iloc[-1])
+            out[key] = analysis.finite_mean(curve.iloc[-1])
     return out
 
 
 def _figures(config: BiasComponentConfig, table: pd.DataFrame, results: list[dict[str, Any]],
              ctx: RunContext) -> None:
-    plt = ts._pyplot()
+    plt = analysis.pyplot()
     if table.empty:
         return
     fig, axes = plt.subplots(1, 4, figsize=(18, 3.8))
-    ts.plot_pair_curves(axes[3], table, PREFIX, "bias_input_correlation", log=True)
+    analysis.plot_pair_curves(axes[3], table, PREFIX, "bias_input_correlation", log=True)
     axes[3].set_ylabel("correlation(bias-only, input)")
     axes[3].set_title("image content in the bias component", fontsize=9)
-    ts.plot_pair_curves(axes[0], table, PREFIX, "bias_correlation", log=True)
+    analysis.plot_pair_curves(axes[0], table, PREFIX, "bias_correlation", log=True)
     axes[0].set_ylabel("correlation(bias-only, full reconstruction)")
     axes[0].set_title("bias component vs full reconstruction", fontsize=9)
-    ts.plot_pair_curves(axes[1], table, PREFIX, "dev_correlation", log=True)
+    analysis.plot_pair_curves(axes[1], table, PREFIX, "dev_correlation", log=True)
     axes[1].set_ylabel("correlation(deviation-only, full)")
     axes[1].set_title("deviation vs full reconstruction", fontsize=9)
-    ts.plot_pair_curves(axes[2], table, PREFIX, "bias_share", log=True)
+    analysis.plot_pair_curves(axes[2], table, PREFIX, "bias_share", log=True)
     axes[2].set_ylabel("|h_bias|^2 / |h|^2")
     axes[2].set_title("latent energy in the bias component", fontsize=9)
     for ax in axes:
@@ -422,7 +422,7 @@ def _figures(config: BiasComponentConfig, table: pd.DataFrame, results: list[dic
     ctx.save_figure(fig, "similarity")
 
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
-    ts.plot_pair_curves(axes[0], table, PREFIX, "test_loss", log=True)
+    analysis.plot_pair_curves(axes[0], table, PREFIX, "test_loss", log=True)
     axes[0].set_yscale("log")
     axes[0].set_ylabel("held-out reconstruction MSE")
     axes[0].legend(fontsize=7)
@@ -449,7 +449,7 @@ def _figures(config: BiasComponentConfig, table: pd.DataFrame, results: list[dic
 
 def _image_grid(images: dict[str, Any], cond: str, seed: int, ctx: RunContext) -> None:
     """Rows: per shown image, full / bias-only / deviation-only; columns: input, checkpoints."""
-    plt = ts._pyplot()
+    plt = analysis.pyplot()
     steps = images["steps"]
     inputs = np.asarray(images["input"])
     if not steps or inputs.size == 0:

@@ -27,8 +27,8 @@ import numpy as np
 import pandas as pd
 import torch
 
+from actlab import analysis
 from actlab.errors import ConfigError
-from actlab.experiments import _ts_common as ts
 from actlab.experiments.bias_component import early_step, paired_residual
 from actlab.runner.experiment import (
     STATUS_DIVERGED,
@@ -130,7 +130,7 @@ def train_vit(config: ViTShiftConfig, activation: str, seed: int, data: Any,
     model = ViT(image_size=8, patch_size=config.patch_size, in_channels=1,
                 num_classes=data.num_classes, dim=config.dim, depth=config.depth,
                 heads=config.heads, mlp_ratio=config.mlp_ratio, activation=activation)
-    checkpoints = set(ts.log_steps(config.steps, config.log_points))
+    checkpoints = set(analysis.log_steps(config.steps, config.log_points))
 
     def checkpoint(updates: int) -> None:
         train_metrics = evaluate(model, data.x_train, data.y_train)
@@ -212,16 +212,16 @@ class ViTShift(Experiment):
             run = f"{PREFIX}/{cond}"
             entry: dict[str, Any] = {}
             for metric in ("test_accuracy", "test_loss", "train_loss", "train_accuracy"):
-                curve = ts.curves(table, run, metric)
+                curve = analysis.curves(table, run, metric)
                 if not curve.empty:
-                    entry[f"final_{metric}"] = ts.finite_mean(curve.iloc[-1])
-                    entry[f"best_{metric}"] = ts.finite_mean(
+                    entry[f"final_{metric}"] = analysis.finite_mean(curve.iloc[-1])
+                    entry[f"best_{metric}"] = analysis.finite_mean(
                         curve.max() if "accuracy" in metric else curve.min())
             per_block = {}
             for block in range(config.depth):
-                hidden = ts.curves(table, run, "hidden_mean", f"block{block}")
+                hidden = analysis.curves(table, run, "hidden_mean", f"block{block}")
                 if not hidden.empty:
-                    per_block[f"block{block}"] = ts.finite_mean(ts.overshoot(hidden))
+                    per_block[f"block{block}"] = analysis.finite_mean(analysis.overshoot(hidden))
             entry["overshoot_per_block"] = per_block
             entry["overshoot"] = per_block.get(last_block)
             summary[cond] = entry
@@ -235,16 +235,16 @@ class ViTShift(Experiment):
                 continue
             step = early_step(list(residual.index), config.steps, EARLY_FRACTION)
             summary["early_step"] = step
-            summary[f"{key}_residual_final"] = ts.finite_mean(residual.iloc[-1])
-            summary[f"{key}_residual_early"] = ts.finite_mean(residual.loc[step])
+            summary[f"{key}_residual_final"] = analysis.finite_mean(residual.iloc[-1])
+            summary[f"{key}_residual_early"] = analysis.finite_mean(residual.loc[step])
             mean = residual.mean(axis=1)
             summary[f"{key}_residual_min"] = float(mean.min())
             summary[f"{key}_residual_max"] = float(mean.max())
-        u = ts.curves(table, f"{PREFIX}/unshifted", "test_loss")
-        s = ts.curves(table, f"{PREFIX}/shifted", "test_loss")
+        u = analysis.curves(table, f"{PREFIX}/unshifted", "test_loss")
+        s = analysis.curves(table, f"{PREFIX}/shifted", "test_loss")
         if not u.empty and not s.empty:
             summary["test_loss_crossover_steps"] = [
-                None if math.isnan(v) else v for v in ts.crossover_steps(u, s)]
+                None if math.isnan(v) else v for v in analysis.crossover_steps(u, s)]
         _figures(config, table, ctx)
         # Which of the seed's effects this run reproduced, in words (from the claims).
         summary["note"] = [f"{'reproduced' if c.held else 'NOT reproduced'}: {c.claim} "
@@ -281,7 +281,7 @@ class ViTShift(Experiment):
 
 
 def _figures(config: ViTShiftConfig, table: pd.DataFrame, ctx: RunContext) -> None:
-    plt = ts._pyplot()
+    plt = analysis.pyplot()
     if table.empty:
         return
     fig, axes = plt.subplots(1, 3, figsize=(15, 3.8))
@@ -302,16 +302,16 @@ def _figures(config: ViTShiftConfig, table: pd.DataFrame, ctx: RunContext) -> No
 
     fig, axes = plt.subplots(2, config.depth, figsize=(3.4 * config.depth, 6.4), squeeze=False)
     for block in range(config.depth):
-        ts.plot_pair_curves(axes[0, block], table, PREFIX, "hidden_mean", f"block{block}")
+        analysis.plot_pair_curves(axes[0, block], table, PREFIX, "hidden_mean", f"block{block}")
         axes[0, block].set_title(f"hidden-state mean after block {block}", fontsize=9)
-        ts.plot_pair_curves(axes[1, block], table, PREFIX, "act_mean", f"act{block}")
+        analysis.plot_pair_curves(axes[1, block], table, PREFIX, "act_mean", f"act{block}")
         axes[1, block].set_title(f"MLP post-activation mean, block {block}", fontsize=9)
     axes[0, 0].legend(fontsize=7)
     ctx.save_figure(fig, "fig7a_hidden_mean")
 
     fig, axes = plt.subplots(1, 3, figsize=(15, 3.8))
     for ax, metric in zip(axes, ("train_loss", "test_loss", "test_accuracy")):
-        ts.plot_pair_curves(ax, table, PREFIX, metric)
+        analysis.plot_pair_curves(ax, table, PREFIX, metric)
         ax.set_ylabel(metric.replace("_", " "))
         if "loss" in metric:
             ax.set_yscale("log")

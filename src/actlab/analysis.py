@@ -1,0 +1,118 @@
+"""Reading paired-condition results out of the tidy metrics table.
+
+Experiments that compare two conditions over training (unshifted vs shifted students,
+autoencoders, ViTs) log steps on a geometric-then-linear grid and read per-seed curves,
+final values, crossover steps and hidden-state overshoot from the table
+``run, seed, step, layer, metric, value``. These helpers do that once, for all of them.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+
+def log_steps(total: int, points: int, also: Sequence[int] = ()) -> list[int]:
+    """Logging steps: 0, a geometric series (early dynamics) and a linear one (late), plus ``also``."""
+    geometric = np.unique(np.round(np.geomspace(1, total, points // 2)).astype(int))
+    linear = np.unique(np.round(np.linspace(0, total, points - points // 2 + 1)).astype(int))
+    steps = set(geometric.tolist()) | set(linear.tolist()) | {0, total}
+    steps |= {int(s) for s in also if 0 <= s <= total}
+    return sorted(steps)
+
+
+def final_values(table: Any, run: str, metric: str = "eval_loss") -> Any:
+    """Per-seed value of ``metric`` at the last logged step of ``run`` (a pandas Series)."""
+    rows = table[(table.run == run) & (table.metric == metric) & (table.layer == "")]
+    if rows.empty:
+        return rows.value
+    last = rows.step.max()
+    return rows[rows.step == last].set_index("seed").value.sort_index()
+
+
+def curves(table: Any, run: str, metric: str = "eval_loss", layer: str = "") -> Any:
+    """A ``steps x seeds`` pivot of ``metric`` for ``run`` (and ``layer``)."""
+    rows = table[(table.run == run) & (table.metric == metric) & (table.layer == layer)]
+    return rows.pivot_table(index="step", columns="seed", values="value", aggfunc="first")
+
+
+def value_at(curve: Any, step: float) -> Any:
+    """Row of a steps x seeds pivot at the logged step nearest ``step``."""
+    index = np.asarray(curve.index)
+    return curve.iloc[int(np.argmin(np.abs(index - step)))]
+
+
+def crossover_steps(unshifted: Any, shifted: Any) -> list[float]:
+    """Per seed: the first logged step from which the shifted loss stays below the unshifted.
+
+    ``nan`` for a seed whose shifted student does not end lower.
+    """
+    out = []
+    for seed in unshifted.columns:
+        below = (shifted[seed] < unshifted[seed]).to_numpy()
+        if not below[-1]:
+            out.append(math.nan)
+            continue
+        above = np.flatnonzero(~below)
+        first = 0 if above.size == 0 else above[-1] + 1
+        out.append(float(unshifted.index[first]))
+    return out
+
+
+def overshoot(trajectory: Any) -> Any:
+    """Peak deviation of each seed's trajectory (steps x seeds) from its final value."""
+    return (trajectory - trajectory.iloc[-1]).abs().max()
+
+
+def finite_mean(values: Any) -> float | None:
+    """Mean of the finite entries (``None`` if there are none), as a JSON-friendly float."""
+    arr = np.asarray(values, dtype=float)
+    arr = arr[np.isfinite(arr)]
+    return float(arr.mean()) if arr.size else None
+
+
+def finite_median(values: Any) -> float | None:
+    """Median of the finite entries (``None`` if there are none)."""
+    arr = np.asarray(values, dtype=float)
+    arr = arr[np.isfinite(arr)]
+    return float(np.median(arr)) if arr.size else None
+
+
+def pd_frame(columns: dict[float, Any]) -> Any:
+    """A DataFrame from ``{column: Series}`` (seeds as rows)."""
+    import pandas as pd
+
+    return pd.DataFrame(columns)
+
+
+# --------------------------------------------------------------------------- figures
+def pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+COLORS = {"unshifted": "tab:blue", "shifted": "tab:red"}
+
+
+def plot_pair_curves(ax, table: Any, prefix: str, metric: str = "eval_loss", layer: str = "",
+                     log: bool = True) -> None:
+    """Thin per-seed and thick mean curves of both students on one axis."""
+    for cond, color in COLORS.items():
+        curve = curves(table, f"{prefix}/{cond}", metric, layer)
+        if curve.empty:
+            continue
+        x = np.maximum(np.asarray(curve.index, dtype=float), 1) if log else curve.index
+        ax.plot(x, curve.to_numpy(), color=color, alpha=0.2, lw=0.7)
+        ax.plot(x, curve.mean(axis=1).to_numpy(), color=color, lw=2, label=cond)
+    if log:
+        ax.set_xscale("log")
+        if metric == "eval_loss":
+            ax.set_yscale("log")
+    ax.set_xlabel("step")
