@@ -88,6 +88,20 @@ def pd_frame(columns: dict[float, Any]) -> Any:
     return pd.DataFrame(columns)
 
 
+def paired_residual(table: Any, metric: str, prefix: str,
+                    layer: str = "") -> Any:
+    """``shifted - unshifted`` per seed (steps x seeds) of ``metric``, on the common steps."""
+    u = curves(table, f"{prefix}/unshifted", metric, layer)
+    s = curves(table, f"{prefix}/shifted", metric, layer)
+    return (s - u).dropna(how="all")
+
+
+def early_step(steps: list[int] | np.ndarray, total: int, fraction: float = 0.05) -> int:
+    """The logged step nearest ``fraction`` of training (the early-phase comparison point)."""
+    steps = np.asarray([s for s in steps if s > 0])
+    return int(steps[np.argmin(np.abs(steps - fraction * total))]) if steps.size else 0
+
+
 # --------------------------------------------------------------------------- figures
 def pyplot():
     import matplotlib

@@ -106,6 +106,12 @@ def validate_activations(field_name: str, specs: Sequence[str]) -> None:
             raise ConfigError(field_name, str(exc)) from None
 
 
+def validate_shift_offsets(offsets: Sequence[float]) -> None:
+    """Shift grids are offsets around the theory shift, so 0 (the theory shift) must be one."""
+    if 0.0 not in [float(o) for o in offsets]:
+        raise ConfigError("shift_offsets", "must contain 0 (the theory shift itself)")
+
+
 def theory_shift(activation: str) -> float:
     """The post-activation mean at initialisation, E[phi(Z)], Z ~ N(0, 1/3) (Table 1)."""
     from actlab.theory import shift

@@ -242,20 +242,6 @@ def _rounded(t: Tensor) -> list:
     return np.round(t.detach().double().numpy(), 4).tolist()
 
 
-def paired_residual(table: pd.DataFrame, metric: str, prefix: str = PREFIX,
-                    layer: str = "") -> pd.DataFrame:
-    """``shifted - unshifted`` per seed (steps x seeds) of ``metric``, on the common steps."""
-    u = analysis.curves(table, f"{prefix}/unshifted", metric, layer)
-    s = analysis.curves(table, f"{prefix}/shifted", metric, layer)
-    return (s - u).dropna(how="all")
-
-
-def early_step(steps: list[int] | np.ndarray, total: int, fraction: float = 0.05) -> int:
-    """The logged step nearest ``fraction`` of training (the early-phase comparison point)."""
-    steps = np.asarray([s for s in steps if s > 0])
-    return int(steps[np.argmin(np.abs(steps - fraction * total))]) if steps.size else 0
-
-
 def _fmt(value: Any, digits: int = 3) -> str:
     return "n/a" if value is None or not math.isfinite(value) else f"{value:.{digits}g}"
 
@@ -312,9 +298,9 @@ class BiasComponent(Experiment):
             summary[cond] = describe_condition(table, f"{PREFIX}/{cond}", config.min_fit)
             summary[f"final_loss_{cond}"] = summary[cond].get("final_loss")
         summary.update(early_step=None, loss_residual_early=None, loss_residual_final=None)
-        residual = paired_residual(table, "test_loss")
+        residual = analysis.paired_residual(table, "test_loss", PREFIX)
         if not residual.empty:
-            summary["early_step"] = early_step(list(residual.index), config.steps)
+            summary["early_step"] = analysis.early_step(list(residual.index), config.steps)
             summary["loss_residual_early"] = analysis.finite_mean(residual.loc[summary["early_step"]])
             summary["loss_residual_final"] = analysis.finite_mean(residual.iloc[-1])
         _figures(config, table, results, ctx)
@@ -426,7 +412,7 @@ def _figures(config: BiasComponentConfig, table: pd.DataFrame, results: list[dic
     axes[0].set_yscale("log")
     axes[0].set_ylabel("held-out reconstruction MSE")
     axes[0].legend(fontsize=7)
-    residual = paired_residual(table, "test_loss")
+    residual = analysis.paired_residual(table, "test_loss", PREFIX)
     x = np.maximum(residual.index.to_numpy(dtype=float), 1)
     axes[1].plot(x, residual.to_numpy(), color="gray", alpha=0.4, lw=0.7)
     axes[1].plot(x, residual.mean(axis=1).to_numpy(), color="black", lw=2)

@@ -13,7 +13,6 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from actlab.errors import ConfigError
 from actlab.experiments import _ts_common as ts
 from actlab.runner.experiment import (
     STATUS_DIVERGED,
@@ -46,8 +45,7 @@ class Config(ts.ModelSettings):
     def __post_init__(self) -> None:
         self.validate()
         ts.validate_activations("activations", self.activations)
-        if 0.0 not in [float(o) for o in self.shift_offsets]:
-            raise ConfigError("shift_offsets", "must contain 0 (the theory shift itself)")
+        ts.validate_shift_offsets(self.shift_offsets)
 
 
 @register

@@ -69,8 +69,7 @@ class Config(ts.ModelSettings):
                 raise ConfigError(name, f"must be positive integers, got {values}")
         for size in self.sizes:
             parse_size(size)
-        if 0.0 not in [float(o) for o in self.shift_offsets]:
-            raise ConfigError("shift_offsets", "must contain 0 (the theory shift itself)")
+        ts.validate_shift_offsets(self.shift_offsets)
 
 
 @register

@@ -29,7 +29,6 @@ import torch
 
 from actlab import analysis
 from actlab.errors import ConfigError
-from actlab.experiments.bias_component import early_step, paired_residual
 from actlab.runner.experiment import (
     STATUS_DIVERGED,
     Claim,
@@ -230,10 +229,10 @@ class ViTShift(Experiment):
         for metric, key in (("test_loss", "test_loss"), ("train_loss", "train_loss"),
                             ("test_accuracy", "acc")):
             summary[f"{key}_residual_final"] = summary[f"{key}_residual_early"] = None
-            residual = paired_residual(table, metric, PREFIX)
+            residual = analysis.paired_residual(table, metric, PREFIX)
             if residual.empty:
                 continue
-            step = early_step(list(residual.index), config.steps, EARLY_FRACTION)
+            step = analysis.early_step(list(residual.index), config.steps, EARLY_FRACTION)
             summary["early_step"] = step
             summary[f"{key}_residual_final"] = analysis.finite_mean(residual.iloc[-1])
             summary[f"{key}_residual_early"] = analysis.finite_mean(residual.loc[step])
@@ -288,7 +287,7 @@ def _figures(config: ViTShiftConfig, table: pd.DataFrame, ctx: RunContext) -> No
     for ax, (metric, label) in zip(axes, (("train_loss", "training-loss residual"),
                                           ("test_loss", "test-loss residual"),
                                           ("test_accuracy", "test-accuracy residual"))):
-        residual = paired_residual(table, metric, PREFIX)
+        residual = analysis.paired_residual(table, metric, PREFIX)
         if residual.empty:
             continue
         x = np.maximum(residual.index.to_numpy(dtype=float), 1)
