@@ -200,3 +200,52 @@ def test_flop_count_of_residual_mlp_matches_formula():
     per_linear = 2 * 16 * 6 * 12
     assert flops >= 3 * 2 * 3 * per_linear - 2 * per_linear
     assert flops <= 3 * 2 * 3 * per_linear
+
+
+@pytest.mark.parametrize("fused", [True, False])
+def test_adam_paths_match_torch_with_non_contiguous_grads(fused):
+    """Both update paths equal torch.optim.Adam, also for transposed gradients (vmap makes
+    them; PyTorch's fused CPU kernel alone would mis-pair their elements)."""
+    g = torch.Generator().manual_seed(1)
+    p_ref = torch.randn(4, 5, generator=g, dtype=torch.float64, requires_grad=True)
+    p_fun = p_ref.detach().clone()
+    opt = torch.optim.Adam([p_ref], lr=1e-2, weight_decay=0.05)
+    fopt = FunctionalAdam(lr=1e-2, weight_decay=0.05, fused=fused)
+    for _ in range(6):
+        grad = torch.randn(5, 4, generator=g, dtype=torch.float64).t()
+        assert not grad.is_contiguous()
+        p_ref.grad = grad.clone()
+        opt.step()
+        fopt.step([p_fun], [grad])
+    assert _relative(p_fun, p_ref.detach()) < 1e-14
+    assert fopt._use_fused([p_fun]) is fused
+
+
+def test_adam_state_round_trip_continues_identically():
+    g = torch.Generator().manual_seed(2)
+    params = [torch.randn(3, 4, generator=g), torch.randn(3, generator=g)]
+    grads = [[torch.randn_like(p) for p in params] for _ in range(6)]
+    full = FunctionalAdam(lr=1e-2)
+    a = [p.clone() for p in params]
+    for gs in grads:
+        full.step(a, gs)
+    first = FunctionalAdam(lr=1e-2)
+    b = [p.clone() for p in params]
+    for gs in grads[:3]:
+        first.step(b, gs)
+    second = FunctionalAdam(lr=1e-2)
+    second.load_state_dict(first.state_dict())
+    for gs in grads[3:]:
+        second.step(b, gs)
+    assert second.steps == 6
+    for x, y in zip(a, b):
+        assert torch.equal(x, y)
+
+
+def test_adam_skips_tensors_without_gradient():
+    """A tensor with no gradient keeps its value and its own step count, as in torch.optim."""
+    p = [torch.ones(2), torch.ones(2)]
+    opt = FunctionalAdam(lr=0.1)
+    opt.step(p, [torch.ones(2), None])
+    assert torch.equal(p[1], torch.ones(2)) and not torch.equal(p[0], torch.ones(2))
+    assert opt.state_dict()["tensor_steps"] == [1, 0]
