@@ -7,6 +7,11 @@ interleaved so that load from other processes hits both alike. Reports median ra
 
 Goals: fixed shift <= 1.10x, adaptive <= 1.5x.
 
+Each pair is measured twice: with the default ATen path, and with the opt-in one-pass C++
+kernels of ``actlab.activations.native`` (built on first use, ~40 s once; skipped with a
+note if they cannot be built, or with ``--no-native``). The plain activation is the same
+ATen kernel in both.
+
 Runs on one thread by default: these elementwise kernels are memory-bound, and on a machine
 whose cores are shared with other work, multi-threaded timings mostly measure threads
 waiting for each other. ``--threads 0`` uses torch's default instead.
@@ -25,6 +30,7 @@ import time
 import torch
 
 import actlab
+from actlab.activations import native
 
 PAIRS = [
     ("relu:shift=theory", "relu", "relu_shift_theory_over_relu"),
@@ -70,6 +76,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1, help="torch threads (0: torch default)")
     parser.add_argument("--rows", type=int, default=4096)
     parser.add_argument("--cols", type=int, default=1024)
+    parser.add_argument("--no-native", action="store_true", help="skip the C++ kernel path")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -79,11 +86,21 @@ def main() -> None:
     print(f"forward+backward on ({args.rows}, {args.cols}) float32, eager, "
           f"{torch.get_num_threads()} threads, {args.repeats} interleaved repeats")
     figures = {}
-    for variant, plain, key in PAIRS:
-        t_var, t_plain, ratio = measure(variant, plain, x, grad, args.repeats)
-        figures[key] = round(ratio, 3)
-        print(f"  {variant:<20s} {t_var * 1e3:8.2f} ms   {plain:<6s} {t_plain * 1e3:8.2f} ms"
-              f"   ratio {ratio:.3f}")
+    paths = [("aten", "")]
+    if not args.no_native:
+        if native.enable():
+            paths.append(("native", "_native"))
+        else:
+            print(f"native kernels unavailable: {native.build_error()}")
+    for path, suffix in paths:
+        native.enable(path == "native")
+        print(f"{path} path:")
+        for variant, plain, key in PAIRS:
+            t_var, t_plain, ratio = measure(variant, plain, x, grad, args.repeats)
+            figures[key + suffix] = round(ratio, 3)
+            print(f"  {variant:<20s} {t_var * 1e3:8.2f} ms   {plain:<6s} {t_plain * 1e3:8.2f} ms"
+                  f"   ratio {ratio:.3f}")
+    native.enable(False)
     print(json.dumps(figures))
 
 

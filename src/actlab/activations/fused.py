@@ -4,7 +4,8 @@ of ``shift=`` and ``adaptive`` for activations that have an ATen backward kernel
 Forward computes f(x) into a fresh tensor and shifts/centres it in place; backward centres
 the incoming gradient into one fresh tensor and applies f's backward kernel in place on it.
 So the options add passes over memory but no allocations beyond the plain activation's,
-which is what dominates on CPU. Double backward (``create_graph=True``, e.g. Hessian-vector
+which is what dominates on CPU. With the opt-in C++ kernels of :mod:`.native` enabled,
+the shift and the centring run in the same pass as f instead. Double backward (``create_graph=True``, e.g. Hessian-vector
 products) uses the same ATen kernels out of place, which are themselves differentiable.
 """
 
@@ -16,6 +17,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+
+from actlab.activations import native
 
 aten = torch.ops.aten
 
@@ -29,6 +32,9 @@ class FusedKernel:
     backward: Callable[[Tensor, Tensor], Tensor]
     backward_into: Callable[[Tensor, Tensor], Tensor]
     backward_differentiable: Callable[[Tensor, Tensor], Tensor] | None = None
+    # The one-pass C++ kernel for this function (see native.py): its number and parameter.
+    native_kind: int | None = None
+    native_param: float = 0.0
 
     def backward_for_graph(self, grad: Tensor, x: Tensor) -> Tensor:
         """The backward, written with ops autograd can differentiate (double backward)."""
@@ -46,6 +52,7 @@ def _kernel(name: str, params: dict) -> FusedKernel | None:
             torch.relu,
             lambda g, x: aten.threshold_backward(g, x, 0),
             lambda g, x: aten.threshold_backward.grad_input(g, x, 0, grad_input=g),
+            native_kind=native.KINDS["relu"],
         )
     if name == "gelu":
         approx = "tanh" if params.get("tanh") else "none"
@@ -53,6 +60,7 @@ def _kernel(name: str, params: dict) -> FusedKernel | None:
             lambda x: F.gelu(x, approximate=approx),
             lambda g, x: aten.gelu_backward(g, x, approximate=approx),
             lambda g, x: aten.gelu_backward.grad_input(g, x, approximate=approx, grad_input=g),
+            native_kind=None if approx == "tanh" else native.KINDS["gelu"],
         )
     if name == "silu" and params.get("beta", 1.0) == 1.0:
         return FusedKernel(
@@ -60,6 +68,7 @@ def _kernel(name: str, params: dict) -> FusedKernel | None:
             lambda g, x: aten.silu_backward(g, x),
             lambda g, x: aten.silu_backward.grad_input(g, x, grad_input=g),
             _silu_backward_differentiable,  # aten.silu_backward has no derivative
+            native_kind=native.KINDS["silu"],
         )
     if name == "leaky_relu":
         slope = params.get("slope", 0.01)
@@ -67,6 +76,7 @@ def _kernel(name: str, params: dict) -> FusedKernel | None:
             lambda x: F.leaky_relu(x, slope),
             lambda g, x: aten.leaky_relu_backward(g, x, slope, False),
             lambda g, x: aten.leaky_relu_backward.grad_input(g, x, slope, False, grad_input=g),
+            native_kind=native.KINDS["leaky_relu"], native_param=float(slope),
         )
     return None
 
@@ -76,12 +86,22 @@ def fused_kernel(name: str, params: dict) -> FusedKernel | None:
     return _kernel(name, params)
 
 
+def _last_dim(x: Tensor, dim: int | None) -> bool:
+    return dim is not None and dim in (-1, x.dim() - 1)
+
+
 class _FusedShiftCenter(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x: Tensor, kernel: FusedKernel, shift: float,  # type: ignore[override]
                 dim: int | None) -> Tensor:
         ctx.save_for_backward(x)
         ctx.kernel, ctx.dim = kernel, dim
+        ctx.native = native.usable(x, kernel.native_kind) and (dim is None or _last_dim(x, dim))
+        if ctx.native:  # one pass instead of two (shift) or four (centring)
+            kind, param = kernel.native_kind, kernel.native_param
+            if dim is None:
+                return native.shift_forward(x, kind, param, shift)
+            return native.center_forward(x, kind, param)
         y = kernel.forward(x)
         if dim is not None:  # centring removes any constant, so the shift is moot
             return y.sub_(y.mean(dim=dim, keepdim=True))
@@ -95,6 +115,9 @@ class _FusedShiftCenter(torch.autograd.Function):
         if dim is None:
             backward = kernel.backward_for_graph if graph else kernel.backward
             return backward(grad_output, x), None, None, None
+        if ctx.native and not graph:
+            return (native.center_backward(grad_output, x, kernel.native_kind,
+                                           kernel.native_param), None, None, None)
         centred = grad_output - grad_output.mean(dim=dim, keepdim=True)
         if graph:
             return kernel.backward_for_graph(centred, x), None, None, None

@@ -1,0 +1,184 @@
+// One-pass CPU kernels for "activation minus a constant" and "activation centred over the
+// last dimension", and the centred backward. Eager ATen needs an extra pass over memory
+// for each of these (f(x), then the subtraction or the mean); these do it while the data
+// is in registers (shift) or in L1 (one row at a time, centring).
+//
+// kind: 0 relu, 1 leaky_relu (param = negative slope), 2 gelu (erf form), 3 silu.
+#include <torch/extension.h>
+#include <ATen/Parallel.h>
+#include <ATen/cpu/vec/vec.h>
+
+#include <cmath>
+
+namespace {
+
+using at::vec::Vectorized;
+
+template <typename T>
+struct Act {
+  int64_t kind;
+  T slope;
+
+  Vectorized<T> f(const Vectorized<T>& x) const {
+    using V = Vectorized<T>;
+    const V zero(T(0)), one(T(1)), half(T(0.5));
+    switch (kind) {
+      case 0: return at::vec::clamp_min(x, zero);
+      case 1: return V::blendv(x * V(slope), x, x > zero);
+      case 2: return x * half * (one + (x * V(T(M_SQRT1_2))).erf());
+      default: return x / (one + x.neg().exp());
+    }
+  }
+  Vectorized<T> df(const Vectorized<T>& x) const {
+    using V = Vectorized<T>;
+    const V zero(T(0)), one(T(1)), half(T(0.5));
+    switch (kind) {
+      case 0: return V::blendv(zero, one, x > zero);
+      case 1: return V::blendv(V(slope), one, x > zero);
+      case 2: {
+        const V cdf = half * (one + (x * V(T(M_SQRT1_2))).erf());
+        const V pdf = (x * x * V(T(-0.5))).exp() * V(T(0.5 * M_2_SQRTPI * M_SQRT1_2));
+        return cdf + x * pdf;
+      }
+      default: {
+        const V s = one / (one + x.neg().exp());
+        return s * (one + x * (one - s));
+      }
+    }
+  }
+  // Scalar versions for the tails, by way of a one-lane load (same arithmetic).
+  T f_tail(T x) const {
+    T buf[Vectorized<T>::size()] = {x};
+    f(Vectorized<T>::loadu(buf, 1)).store(buf, 1);
+    return buf[0];
+  }
+  T df_tail(T x) const {
+    T buf[Vectorized<T>::size()] = {x};
+    df(Vectorized<T>::loadu(buf, 1)).store(buf, 1);
+    return buf[0];
+  }
+};
+
+void check(const torch::Tensor& t, const char* name) {
+  TORCH_CHECK(t.device().is_cpu(), name, ": expected a CPU tensor");
+  TORCH_CHECK(t.is_contiguous(), name, ": expected a contiguous tensor");
+  TORCH_CHECK(t.scalar_type() == at::kFloat || t.scalar_type() == at::kDouble, name,
+              ": expected float32 or float64");
+}
+
+template <typename T>
+T lanes_sum(const Vectorized<T>& v) {
+  T buf[Vectorized<T>::size()];
+  v.store(buf);
+  T sum = 0;
+  for (int k = 0; k < Vectorized<T>::size(); ++k) sum += buf[k];
+  return sum;
+}
+
+// Sum of f(x) over a row while writing it, vectorised.
+template <typename T>
+T row_apply(const Act<T>& act, const T* x, T* y, int64_t n) {
+  using V = Vectorized<T>;
+  V acc(T(0));
+  int64_t j = 0;
+  for (; j + V::size() <= n; j += V::size()) {
+    const V v = act.f(V::loadu(x + j));
+    v.store(y + j);
+    acc = acc + v;
+  }
+  T sum = lanes_sum(acc);
+  for (; j < n; ++j) {
+    y[j] = act.f_tail(x[j]);
+    sum += y[j];
+  }
+  return sum;
+}
+
+}  // namespace
+
+torch::Tensor shift_forward(const torch::Tensor& x, int64_t kind, double param, double shift) {
+  check(x, "shift_forward");
+  auto y = torch::empty_like(x);
+  AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "shift_forward", [&] {
+    using V = Vectorized<scalar_t>;
+    const Act<scalar_t> act{kind, static_cast<scalar_t>(param)};
+    const scalar_t* xp = x.const_data_ptr<scalar_t>();
+    scalar_t* yp = y.mutable_data_ptr<scalar_t>();
+    const scalar_t b = static_cast<scalar_t>(shift);
+    at::parallel_for(0, x.numel(), 32768, [&](int64_t begin, int64_t end) {
+      const V vb(b);
+      int64_t i = begin;
+      for (; i + V::size() <= end; i += V::size()) {
+        (act.f(V::loadu(xp + i)) - vb).store(yp + i);
+      }
+      for (; i < end; ++i) yp[i] = act.f_tail(xp[i]) - b;
+    });
+  });
+  return y;
+}
+
+torch::Tensor center_forward(const torch::Tensor& x, int64_t kind, double param) {
+  check(x, "center_forward");
+  TORCH_CHECK(x.dim() >= 1 && x.size(-1) > 0, "center_forward: need a non-empty last dimension");
+  auto y = torch::empty_like(x);
+  const int64_t n = x.size(-1), rows = x.numel() / n;
+  AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "center_forward", [&] {
+    using V = Vectorized<scalar_t>;
+    const Act<scalar_t> act{kind, static_cast<scalar_t>(param)};
+    const scalar_t* xp = x.const_data_ptr<scalar_t>();
+    scalar_t* yp = y.mutable_data_ptr<scalar_t>();
+    at::parallel_for(0, rows, std::max<int64_t>(1, 16384 / n), [&](int64_t begin, int64_t end) {
+      for (int64_t r = begin; r < end; ++r) {
+        scalar_t* yr = yp + r * n;
+        const scalar_t mean_s = row_apply(act, xp + r * n, yr, n) / static_cast<scalar_t>(n);
+        const V mean(mean_s);
+        int64_t j = 0;
+        for (; j + V::size() <= n; j += V::size()) (V::loadu(yr + j) - mean).store(yr + j);
+        for (; j < n; ++j) yr[j] -= mean_s;
+      }
+    });
+  });
+  return y;
+}
+
+torch::Tensor center_backward(const torch::Tensor& grad, const torch::Tensor& x, int64_t kind,
+                              double param) {
+  check(grad, "center_backward");
+  check(x, "center_backward");
+  TORCH_CHECK(grad.sizes() == x.sizes() && grad.scalar_type() == x.scalar_type(),
+              "center_backward: grad and x must have the same shape and dtype");
+  auto out = torch::empty_like(x);
+  const int64_t n = x.size(-1), rows = x.numel() / n;
+  AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "center_backward", [&] {
+    using V = Vectorized<scalar_t>;
+    const Act<scalar_t> act{kind, static_cast<scalar_t>(param)};
+    const scalar_t* gp = grad.const_data_ptr<scalar_t>();
+    const scalar_t* xp = x.const_data_ptr<scalar_t>();
+    scalar_t* op = out.mutable_data_ptr<scalar_t>();
+    at::parallel_for(0, rows, std::max<int64_t>(1, 16384 / n), [&](int64_t begin, int64_t end) {
+      for (int64_t r = begin; r < end; ++r) {
+        const scalar_t* gr = gp + r * n;
+        const scalar_t* xr = xp + r * n;
+        scalar_t* orow = op + r * n;
+        V acc(scalar_t(0));
+        int64_t j = 0;
+        for (; j + V::size() <= n; j += V::size()) acc = acc + V::loadu(gr + j);
+        scalar_t sum = lanes_sum(acc);
+        for (; j < n; ++j) sum += gr[j];
+        const scalar_t mean_s = sum / static_cast<scalar_t>(n);
+        const V mean(mean_s);
+        for (j = 0; j + V::size() <= n; j += V::size()) {
+          (act.df(V::loadu(xr + j)) * (V::loadu(gr + j) - mean)).store(orow + j);
+        }
+        for (; j < n; ++j) orow[j] = act.df_tail(xr[j]) * (gr[j] - mean_s);
+      }
+    });
+  });
+  return out;
+}
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.def("shift_forward", &shift_forward, "f(x) - shift in one pass");
+  m.def("center_forward", &center_forward, "f(x) minus its mean over the last dimension");
+  m.def("center_backward", &center_backward, "f'(x) * (grad - mean over the last dimension)");
+}

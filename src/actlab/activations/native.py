@@ -1,0 +1,132 @@
+"""Opt-in C++ kernels that make ``shift=`` and ``adaptive`` cost what the plain activation costs.
+
+In eager PyTorch, ``f(x) - b`` is two kernels: ``f`` writes its output, then the
+subtraction reads and writes it again. On CPU these elementwise ops are bound by memory
+traffic, so the extra pass costs ~25% of a ReLU's forward+backward (``adaptive`` pays two
+more passes forward and two backward). The kernels in ``csrc/shift_kernels.cpp`` compute
+``f(x) - b``, ``f(x) - mean_row f(x)`` and the centred backward in one pass each, with
+ATen's own vector types, for relu, leaky_relu, gelu (erf form) and silu.
+
+They are compiled on first use with :func:`torch.utils.cpp_extension.load` (a C++
+compiler and ``ninja`` are needed; about 40 s once, then cached in torch's extension
+directory) and used only when enabled::
+
+    import actlab.activations.native as native
+    native.enable()                       # or ACTLAB_NATIVE_KERNELS=1 in the environment
+    actlab.activation("relu:shift=theory")(x)   # now one pass forward
+
+If the build fails, :func:`enable` returns ``False``, warns once with the reason, and
+everything keeps using the ATen path. Results agree with the ATen path to rounding (exactly
+for relu and leaky_relu).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import warnings
+from pathlib import Path
+from types import ModuleType
+
+import torch
+from torch import Tensor
+
+ENV_VAR = "ACTLAB_NATIVE_KERNELS"
+SOURCE = Path(__file__).with_name("csrc") / "shift_kernels.cpp"
+# Kernel numbers shared with the C++ source.
+KINDS = {"relu": 0, "leaky_relu": 1, "gelu": 2, "silu": 3}
+
+_enabled = os.environ.get(ENV_VAR, "") not in ("", "0")
+_module: ModuleType | None = None
+_build_error: str | None = None
+
+
+def _capability_flags() -> list[str]:
+    """Compiler flags for the CPU vector unit torch itself dispatches to here."""
+    capability = torch.backends.cpu.get_cpu_capability()
+    if capability == "AVX512":
+        return ["-DCPU_CAPABILITY_AVX512", "-DCPU_CAPABILITY=AVX512", "-mavx512f",
+                "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mfma"]
+    if capability == "AVX2":
+        return ["-DCPU_CAPABILITY_AVX2", "-DCPU_CAPABILITY=AVX2", "-mavx2", "-mfma", "-mf16c"]
+    return []  # the portable Vectorized fallback
+
+
+def _put_ninja_on_path() -> None:
+    """torch runs ``ninja`` from PATH; the pip package's binary may not be there (a venv
+    used without activating it)."""
+    if shutil.which("ninja") is not None:
+        return
+    try:
+        import ninja
+    except ImportError:
+        return
+    os.environ["PATH"] = ninja.BIN_DIR + os.pathsep + os.environ.get("PATH", "")
+
+
+def build(verbose: bool = False) -> ModuleType | None:
+    """Compile (or load from the cache) the extension; ``None`` with a warning on failure."""
+    global _module, _build_error
+    if _module is not None or _build_error is not None:
+        return _module
+    from torch.utils.cpp_extension import load
+
+    _put_ninja_on_path()
+    tag = torch.__version__.split("+")[0].replace(".", "_")
+    try:
+        _module = load(
+            name=f"actlab_shift_kernels_t{tag}",
+            sources=[str(SOURCE)],
+            extra_cflags=["-O3", *_capability_flags()],
+            verbose=verbose,
+        )
+    except Exception as exc:  # compiler or ninja missing, unsupported platform, ...
+        _build_error = f"{type(exc).__name__}: {str(exc).strip().splitlines()[-1][:300]}"
+        warnings.warn(f"actlab native kernels unavailable, using ATen ops ({_build_error})",
+                      RuntimeWarning, stacklevel=2)
+    return _module
+
+
+def enable(enabled: bool = True) -> bool:
+    """Turn the native kernels on (building them if needed) or off; ``True`` if now in use."""
+    global _enabled
+    _enabled = enabled
+    return bool(enabled and build() is not None)
+
+
+def enabled() -> bool:
+    """Whether activations currently use the native kernels."""
+    return _enabled and build() is not None
+
+
+def build_error() -> str | None:
+    """Why the build failed, or ``None``."""
+    return _build_error
+
+
+def usable(x: Tensor, kind: int | None) -> bool:
+    """Whether the native kernels apply to ``x`` (CPU, contiguous, float32/64) for ``kind``."""
+    return (
+        kind is not None
+        and _enabled
+        and x.device.type == "cpu"
+        and x.dtype in (torch.float32, torch.float64)
+        and x.is_contiguous()
+        and x.numel() > 0
+        and build() is not None
+    )
+
+
+def shift_forward(x: Tensor, kind: int, param: float, shift: float) -> Tensor:
+    """``f(x) - shift`` in one pass (no autograd; see :mod:`actlab.activations.fused`)."""
+    return _module.shift_forward(x, kind, param, shift)  # type: ignore[union-attr]
+
+
+def center_forward(x: Tensor, kind: int, param: float) -> Tensor:
+    """``f(x)`` minus its mean over the last dimension, row by row in cache."""
+    return _module.center_forward(x, kind, param)  # type: ignore[union-attr]
+
+
+def center_backward(grad: Tensor, x: Tensor, kind: int, param: float) -> Tensor:
+    """``f'(x) * (grad - mean_last_dim(grad))``: the gradient of :func:`center_forward`."""
+    return _module.center_backward(grad.contiguous(), x, kind, param)  # type: ignore[union-attr]
