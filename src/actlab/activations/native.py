@@ -77,7 +77,10 @@ def build(verbose: bool = False) -> ModuleType | None:
         _module = load(
             name=f"actlab_shift_kernels_t{tag}",
             sources=[str(SOURCE)],
-            extra_cflags=["-O3", *_capability_flags()],
+            # -fopenmp: at::parallel_for is inlined here and is an OpenMP loop; without the
+            # flag it silently runs on one thread. The runtime resolves to torch's libgomp.
+            extra_cflags=["-O3", "-fopenmp", *_capability_flags()],
+            extra_ldflags=["-fopenmp"],
             verbose=verbose,
         )
     except Exception as exc:  # compiler or ninja missing, unsupported platform, ...

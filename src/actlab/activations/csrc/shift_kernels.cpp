@@ -14,36 +14,32 @@ namespace {
 
 using at::vec::Vectorized;
 
-template <typename T>
+// The activation as a compile-time constant, so every loop is specialised to one function.
+template <typename T, int Kind>
 struct Act {
-  int64_t kind;
   T slope;
 
   Vectorized<T> f(const Vectorized<T>& x) const {
     using V = Vectorized<T>;
     const V zero(T(0)), one(T(1)), half(T(0.5));
-    switch (kind) {
-      case 0: return at::vec::clamp_min(x, zero);
-      case 1: return V::blendv(x * V(slope), x, x > zero);
-      case 2: return x * half * (one + (x * V(T(M_SQRT1_2))).erf());
-      default: return x / (one + x.neg().exp());
-    }
+    if constexpr (Kind == 0) return at::vec::clamp_min(x, zero);
+    if constexpr (Kind == 1) return V::blendv(x * V(slope), x, x > zero);
+    if constexpr (Kind == 2) return x * half * (one + (x * V(T(M_SQRT1_2))).erf());
+    if constexpr (Kind == 3) return x / (one + x.neg().exp());
   }
   Vectorized<T> df(const Vectorized<T>& x) const {
     using V = Vectorized<T>;
     const V zero(T(0)), one(T(1)), half(T(0.5));
-    switch (kind) {
-      case 0: return V::blendv(zero, one, x > zero);
-      case 1: return V::blendv(V(slope), one, x > zero);
-      case 2: {
-        const V cdf = half * (one + (x * V(T(M_SQRT1_2))).erf());
-        const V pdf = (x * x * V(T(-0.5))).exp() * V(T(0.5 * M_2_SQRTPI * M_SQRT1_2));
-        return cdf + x * pdf;
-      }
-      default: {
-        const V s = one / (one + x.neg().exp());
-        return s * (one + x * (one - s));
-      }
+    if constexpr (Kind == 0) return V::blendv(zero, one, x > zero);
+    if constexpr (Kind == 1) return V::blendv(V(slope), one, x > zero);
+    if constexpr (Kind == 2) {
+      const V cdf = half * (one + (x * V(T(M_SQRT1_2))).erf());
+      const V pdf = (x * x * V(T(-0.5))).exp() * V(T(0.5 * M_2_SQRTPI * M_SQRT1_2));
+      return cdf + x * pdf;
+    }
+    if constexpr (Kind == 3) {
+      const V s = one / (one + x.neg().exp());
+      return s * (one + x * (one - s));
     }
   }
   // Scalar versions for the tails, by way of a one-lane load (same arithmetic).
@@ -75,9 +71,21 @@ T lanes_sum(const Vectorized<T>& v) {
   return sum;
 }
 
+// Calls fn(Act<T, K>{slope}) for the runtime kind K.
+template <typename T, typename Fn>
+void with_act(int64_t kind, T slope, Fn&& fn) {
+  switch (kind) {
+    case 0: fn(Act<T, 0>{slope}); break;
+    case 1: fn(Act<T, 1>{slope}); break;
+    case 2: fn(Act<T, 2>{slope}); break;
+    case 3: fn(Act<T, 3>{slope}); break;
+    default: TORCH_CHECK(false, "unknown activation kind ", kind);
+  }
+}
+
 // Sum of f(x) over a row while writing it, vectorised.
-template <typename T>
-T row_apply(const Act<T>& act, const T* x, T* y, int64_t n) {
+template <typename T, typename A>
+T row_apply(const A& act, const T* x, T* y, int64_t n) {
   using V = Vectorized<T>;
   V acc(T(0));
   int64_t j = 0;
@@ -101,17 +109,18 @@ torch::Tensor shift_forward(const torch::Tensor& x, int64_t kind, double param, 
   auto y = torch::empty_like(x);
   AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "shift_forward", [&] {
     using V = Vectorized<scalar_t>;
-    const Act<scalar_t> act{kind, static_cast<scalar_t>(param)};
     const scalar_t* xp = x.const_data_ptr<scalar_t>();
     scalar_t* yp = y.mutable_data_ptr<scalar_t>();
     const scalar_t b = static_cast<scalar_t>(shift);
-    at::parallel_for(0, x.numel(), 32768, [&](int64_t begin, int64_t end) {
-      const V vb(b);
-      int64_t i = begin;
-      for (; i + V::size() <= end; i += V::size()) {
-        (act.f(V::loadu(xp + i)) - vb).store(yp + i);
-      }
-      for (; i < end; ++i) yp[i] = act.f_tail(xp[i]) - b;
+    with_act(kind, static_cast<scalar_t>(param), [&](auto act) {
+      at::parallel_for(0, x.numel(), 32768, [&](int64_t begin, int64_t end) {
+        const V vb(b);
+        int64_t i = begin;
+        for (; i + V::size() <= end; i += V::size()) {
+          (act.f(V::loadu(xp + i)) - vb).store(yp + i);
+        }
+        for (; i < end; ++i) yp[i] = act.f_tail(xp[i]) - b;
+      });
     });
   });
   return y;
@@ -124,18 +133,19 @@ torch::Tensor center_forward(const torch::Tensor& x, int64_t kind, double param)
   const int64_t n = x.size(-1), rows = x.numel() / n;
   AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "center_forward", [&] {
     using V = Vectorized<scalar_t>;
-    const Act<scalar_t> act{kind, static_cast<scalar_t>(param)};
     const scalar_t* xp = x.const_data_ptr<scalar_t>();
     scalar_t* yp = y.mutable_data_ptr<scalar_t>();
-    at::parallel_for(0, rows, std::max<int64_t>(1, 16384 / n), [&](int64_t begin, int64_t end) {
-      for (int64_t r = begin; r < end; ++r) {
-        scalar_t* yr = yp + r * n;
-        const scalar_t mean_s = row_apply(act, xp + r * n, yr, n) / static_cast<scalar_t>(n);
-        const V mean(mean_s);
-        int64_t j = 0;
-        for (; j + V::size() <= n; j += V::size()) (V::loadu(yr + j) - mean).store(yr + j);
-        for (; j < n; ++j) yr[j] -= mean_s;
-      }
+    with_act(kind, static_cast<scalar_t>(param), [&](auto act) {
+      at::parallel_for(0, rows, std::max<int64_t>(1, 16384 / n), [&](int64_t begin, int64_t end) {
+        for (int64_t r = begin; r < end; ++r) {
+          scalar_t* yr = yp + r * n;
+          const scalar_t mean_s = row_apply(act, xp + r * n, yr, n) / static_cast<scalar_t>(n);
+          const V mean(mean_s);
+          int64_t j = 0;
+          for (; j + V::size() <= n; j += V::size()) (V::loadu(yr + j) - mean).store(yr + j);
+          for (; j < n; ++j) yr[j] -= mean_s;
+        }
+      });
     });
   });
   return y;
@@ -151,27 +161,28 @@ torch::Tensor center_backward(const torch::Tensor& grad, const torch::Tensor& x,
   const int64_t n = x.size(-1), rows = x.numel() / n;
   AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "center_backward", [&] {
     using V = Vectorized<scalar_t>;
-    const Act<scalar_t> act{kind, static_cast<scalar_t>(param)};
     const scalar_t* gp = grad.const_data_ptr<scalar_t>();
     const scalar_t* xp = x.const_data_ptr<scalar_t>();
     scalar_t* op = out.mutable_data_ptr<scalar_t>();
-    at::parallel_for(0, rows, std::max<int64_t>(1, 16384 / n), [&](int64_t begin, int64_t end) {
-      for (int64_t r = begin; r < end; ++r) {
-        const scalar_t* gr = gp + r * n;
-        const scalar_t* xr = xp + r * n;
-        scalar_t* orow = op + r * n;
-        V acc(scalar_t(0));
-        int64_t j = 0;
-        for (; j + V::size() <= n; j += V::size()) acc = acc + V::loadu(gr + j);
-        scalar_t sum = lanes_sum(acc);
-        for (; j < n; ++j) sum += gr[j];
-        const scalar_t mean_s = sum / static_cast<scalar_t>(n);
-        const V mean(mean_s);
-        for (j = 0; j + V::size() <= n; j += V::size()) {
-          (act.df(V::loadu(xr + j)) * (V::loadu(gr + j) - mean)).store(orow + j);
+    with_act(kind, static_cast<scalar_t>(param), [&](auto act) {
+      at::parallel_for(0, rows, std::max<int64_t>(1, 16384 / n), [&](int64_t begin, int64_t end) {
+        for (int64_t r = begin; r < end; ++r) {
+          const scalar_t* gr = gp + r * n;
+          const scalar_t* xr = xp + r * n;
+          scalar_t* orow = op + r * n;
+          V acc(scalar_t(0));
+          int64_t j = 0;
+          for (; j + V::size() <= n; j += V::size()) acc = acc + V::loadu(gr + j);
+          scalar_t sum = lanes_sum(acc);
+          for (; j < n; ++j) sum += gr[j];
+          const scalar_t mean_s = sum / static_cast<scalar_t>(n);
+          const V mean(mean_s);
+          for (j = 0; j + V::size() <= n; j += V::size()) {
+            (act.df(V::loadu(xr + j)) * (V::loadu(gr + j) - mean)).store(orow + j);
+          }
+          for (; j < n; ++j) orow[j] = act.df_tail(xr[j]) * (gr[j] - mean_s);
         }
-        for (; j < n; ++j) orow[j] = act.df_tail(xr[j]) * (gr[j] - mean_s);
-      }
+      });
     });
   });
   return out;
