@@ -145,3 +145,19 @@ def test_a_failed_build_warns_and_falls_back(monkeypatch):
     x = torch.randn(5, 7)
     assert torch.equal(actlab.activation("relu:shift=0.2")(x), torch.relu(x) - 0.2)
     native.enable(False)
+
+
+def test_parallel_chunks_give_the_same_result(built):
+    """Large enough for at::parallel_for to split the work over threads."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        g = torch.Generator().manual_seed(3)
+        x = torch.randn(300, 1000, generator=g)
+        grad = torch.randn(300, 1000, generator=g)
+        for spec in ("relu:shift=0.2", "gelu:adaptive"):
+            y_native, gx_native = _run(spec, x, grad, True)
+            y_aten, gx_aten = _run(spec, x, grad, False)
+            assert _relative(y_native, y_aten) < 1e-6 and _relative(gx_native, gx_aten) < 1e-6
+    finally:
+        torch.set_num_threads(threads)
