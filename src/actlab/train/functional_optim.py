@@ -2,9 +2,9 @@
 
 Every update here is elementwise, so applying it to a tensor that stacks N members'
 parameters gives each member exactly the update ``torch.optim.Adam`` / ``torch.optim.SGD``
-would give it alone. The arithmetic follows PyTorch's single-tensor (CPU default)
-implementations operation by operation, so an ensemble matches a loop of ordinary
-optimizers to rounding.
+would give it alone. SGD, and Adam with ``fused=False``, follow PyTorch's single-tensor (CPU
+default) implementations operation by operation; Adam by default calls PyTorch's own fused
+kernel. Either way an ensemble matches a loop of ordinary optimizers to rounding.
 
 The optimizers update the given tensors in place (they are the ensemble's own leaves,
 created for that purpose), and keep their state in plain tensors so that a state dict
@@ -46,7 +46,7 @@ class FunctionalOptimizer:
 
 @dataclass
 class FunctionalAdam(FunctionalOptimizer):
-    """Adam (``decoupled=True``: AdamW) over stacked parameters; same arithmetic as torch.optim.Adam.
+    """Adam (``decoupled=True``: AdamW) over stacked parameters, as torch.optim.Adam computes it.
 
     Args:
         lr, betas, eps, weight_decay: as in :class:`torch.optim.Adam`.
