@@ -249,3 +249,20 @@ def test_adam_skips_tensors_without_gradient():
     opt.step(p, [torch.ones(2), None])
     assert torch.equal(p[1], torch.ones(2)) and not torch.equal(p[0], torch.ones(2))
     assert opt.state_dict()["tensor_steps"] == [1, 0]
+
+
+def test_keep_freed_memory_applies_once_on_linux(monkeypatch):
+    import sys
+
+    from actlab.train import allocator, ensemble
+
+    applied = allocator.keep_freed_memory()
+    assert applied is sys.platform.startswith("linux")  # glibc on Linux, no-op elsewhere
+    assert allocator.keep_freed_memory() is applied  # idempotent
+    calls = []
+    monkeypatch.setattr(ensemble, "keep_freed_memory", lambda: calls.append(1))
+    models = [ResidualMLP(4, 8, 1, generator=torch.Generator().manual_seed(0))]
+    EnsembleTrainer(Ensemble(models), F.mse_loss, FunctionalAdam(), keep_freed_memory=False)
+    assert calls == []
+    EnsembleTrainer(Ensemble(models), F.mse_loss, FunctionalAdam())
+    assert calls == [1]
