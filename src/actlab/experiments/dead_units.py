@@ -14,6 +14,11 @@ Two parts (seed 001, "Dead ReLUs"), on the two spirals of :mod:`actlab.data.spir
 
 For leaky ReLU, whose output is never exactly zero, the share of units whose *net input* is
 non-positive on every point is recorded as well (``inactive_share``); such units still learn.
+
+Each shallow run trains all its seeds as one vmapped ensemble
+(:func:`actlab.train.binary.train_binary_sgd_ensemble`; every seed keeps its own data, initial
+weights and batch order, equal to the plain loop to rounding); the dead shares are measured
+on a standalone copy of each member after every epoch.
 """
 
 from __future__ import annotations
@@ -36,7 +41,7 @@ from actlab.runner.experiment import (
     UnitResult,
     register,
 )
-from actlab.train.binary import train_binary_sgd
+from actlab.train.binary import train_binary_sgd_ensemble
 
 # run -> (activation, learning rate attribute of the config)
 SHALLOW_RUNS = {"relu-lr4": ("relu", "lr_large"), "relu-lr0.5": ("relu", "lr_small"),
@@ -105,20 +110,20 @@ class DeadUnitsExperiment(Experiment):
     Config = DeadUnitsConfig
     quick: dict = {}  # a few seconds per seed: quick is the full protocol
     default_seeds = 3
-    seeds_per_unit = 1
+    seeds_per_unit = None  # all seeds of a shallow run train as one ensemble
 
     def units(self, config: DeadUnitsConfig) -> list[dict]:
-        """One unit per shallow run, one for the fresh deep stack."""
+        """One unit per shallow run (its seeds train as one ensemble), one for the deep stack."""
         return [{"part": "shallow", "run": run} for run in SHALLOW_RUNS] + [{"part": "deep"}]
 
     def run_unit(self, config: DeadUnitsConfig, unit: dict, seeds: list[int],
                  ctx: UnitContext) -> UnitResult:
-        """Train (shallow) or measure at initialization (deep) for each seed."""
+        """Train all seeds as one ensemble (shallow) or measure at initialization (deep)."""
         result = UnitResult()
-        for seed in seeds:
-            x, y = two_spirals(config.n_train, noise=config.noise, turns=config.turns,
-                               scale=config.input_scale, seed=data_seed(seed, 0))
-            if unit["part"] == "deep":
+        sets = [two_spirals(config.n_train, noise=config.noise, turns=config.turns,
+                            scale=config.input_scale, seed=data_seed(seed, 0)) for seed in seeds]
+        if unit["part"] == "deep":
+            for seed, (x, _) in zip(seeds, sets):
                 model = deep_mlp(2, config.deep_width, config.deep_depth, 1, activation="relu",
                                  scheme="he", seed=seed)
                 shares = dead_shares(model, x, config.batch_size)
@@ -127,22 +132,27 @@ class DeadUnitsExperiment(Experiment):
                                                           shares["per_layer_batch"]), start=1):
                     result.add("deep", seed, 0, str(layer), "dead_share", full)
                     result.add("deep", seed, 0, str(layer), "dead_share_one_batch", batch)
-                continue
-            run = unit["run"]
-            activation, lr_field = SHALLOW_RUNS[run]
-            model = deep_mlp(2, config.hidden, 1, 1, activation=activation, scheme="he",
-                             seed=seed)
+            return result
+        run = unit["run"]
+        activation, lr_field = SHALLOW_RUNS[run]
+        models = [deep_mlp(2, config.hidden, 1, 1, activation=activation, scheme="he", seed=seed)
+                  for seed in seeds]
+        # Per member, (epoch, dead share, inactive share); rows are written seed by seed below.
+        measured: list[list[tuple[int, float, float]]] = [[] for _ in seeds]
 
-            def on_epoch(epoch: int, model: DeepMLP, run: str = run, seed: int = seed,
-                         x: torch.Tensor = x) -> None:
-                shares = dead_shares(model, x, config.batch_size)
-                result.add(run, seed, epoch, "", "dead_share", shares["total"])
-                result.add(run, seed, epoch, "", "inactive_share", shares["inactive_total"])
+        def on_epoch(epoch: int, member: int, model: DeepMLP) -> None:
+            shares = dead_shares(model, sets[member][0], config.batch_size)
+            measured[member].append((epoch, shares["total"], shares["inactive_total"]))
 
-            trained = train_binary_sgd(model, x, y, lr=getattr(config, lr_field),
-                                       batch_size=config.batch_size, epochs=config.epochs,
-                                       seed=data_seed(seed, 2), on_epoch=on_epoch)
-            for epoch, cost in enumerate(trained.costs):
+        trained = train_binary_sgd_ensemble(
+            models, [x for x, _ in sets], [y for _, y in sets], lr=getattr(config, lr_field),
+            batch_size=config.batch_size, epochs=config.epochs,
+            seeds=[data_seed(seed, 2) for seed in seeds], on_epoch=on_epoch)
+        for seed, shares, outcome in zip(seeds, measured, trained):
+            for epoch, dead, inactive in shares:
+                result.add(run, seed, epoch, "", "dead_share", dead)
+                result.add(run, seed, epoch, "", "inactive_share", inactive)
+            for epoch, cost in enumerate(outcome.costs):
                 result.add(run, seed, epoch, "", "cost", cost)
         return result
 

@@ -3,12 +3,17 @@
 The cost is computed from the output's net input (logits), so it stays finite when the
 sigmoid saturates; a cost that still overflows marks the run diverged (recorded, never
 raised). Used by the handbook's spiral studies (``init-study``, ``dead-units``, ``pitfalls``).
+
+:func:`train_binary_sgd` trains one model in a plain loop (the reference);
+:func:`train_binary_sgd_ensemble` trains one model per seed as one vmapped
+:class:`~actlab.train.ensemble.Ensemble` with exactly the loop's batch order, updates and
+divergence rule per member, so each member ends where its own loop run would (to rounding).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -17,6 +22,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from actlab.train.classify import torch_threads
+from actlab.train.ensemble import DEFAULT_CONDITION, Ensemble, EnsembleTrainer
+from actlab.train.functional_optim import FunctionalSGD
 
 
 def mean_bce(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -107,6 +114,138 @@ def _train_binary_sgd(model, x, y, *, lr, batch_size, epochs, seed, on_epoch) ->
         if not record(epoch):
             return run
     return run
+
+
+def _stack_per_seed(name: str, values: torch.Tensor | Sequence[torch.Tensor],
+                    count: int) -> torch.Tensor:
+    """``values`` as one tensor with a leading seed dimension of ``count``."""
+    if not isinstance(values, torch.Tensor):
+        values = list(values)
+        if len(values) != count:
+            raise ValueError(f"{name}: need one tensor per seed ({count}), got {len(values)}")
+        shapes = {tuple(v.shape) for v in values}
+        if len(shapes) != 1:
+            raise ValueError(f"{name}: every seed's tensor must have the same shape, got "
+                             f"{sorted(shapes)}")
+        values = torch.stack(values)
+    if values.dim() < 2 or values.shape[0] != count:
+        raise ValueError(f"{name}: need a leading seed dimension of {count} (one entry per "
+                         f"seed) and a sample dimension, got shape {tuple(values.shape)}")
+    return values
+
+
+def train_binary_sgd_ensemble(
+    models: Sequence[nn.Module],
+    xs: torch.Tensor | Sequence[torch.Tensor],
+    ys: torch.Tensor | Sequence[torch.Tensor],
+    *,
+    lr: float,
+    batch_size: int,
+    epochs: int,
+    seeds: Sequence[int],
+    on_epoch: Callable[[int, int, nn.Module], None] | None = None,
+) -> list[BinaryRun]:
+    """Train ``models[i]`` on ``(xs[i], ys[i])`` with batch-order seed ``seeds[i]``, all as one ensemble.
+
+    Member ``i`` gets exactly what ``train_binary_sgd(models[i], xs[i], ys[i], seed=seeds[i],
+    ...)`` would do: the same permutation stream, plain SGD with ``lr``, its whole-set cost
+    before training and after every epoch, and the same divergence rule (a non-finite
+    mini-batch or epoch cost records ``nan`` for that epoch and stops that member; the
+    others go on). The members run as one :class:`~actlab.train.ensemble.Ensemble` under
+    :func:`torch.vmap`, so results equal the loop's to rounding, not bit for bit.
+
+    Args:
+        models: one model per seed, all of the same structure (same parameter names and
+            shapes; stateless forward, see :mod:`actlab.train.ensemble`). Their parameters
+            are overwritten in place with the trained ones (a diverged member's with those
+            it had when it stopped), so they can be evaluated afterwards as usual.
+        xs, ys: per-seed inputs and labels, stacked (``(S, n, ...)`` and ``(S, n)``) or as
+            sequences of ``S`` equal-shape tensors.
+        seeds: the batch-order seed of every member (as ``train_binary_sgd``'s ``seed``).
+        on_epoch: ``on_epoch(epoch, member_index, model)`` for every finite recorded epoch
+            (0 before training), epochs in order and members in order within an epoch;
+            ``model`` is a standalone copy of the member (:meth:`Ensemble.member`), made only
+            when a callback is given.
+
+    Returns:
+        One :class:`BinaryRun` per member, in order.
+    """
+    models = list(models)
+    seeds = [int(s) for s in seeds]
+    count = len(models)
+    if count == 0:
+        raise ValueError("models: need at least one model")
+    if len(seeds) != count:
+        raise ValueError(f"seeds: need one seed per model ({count}), got {len(seeds)}")
+    if len({id(m) for m in models}) != count:
+        raise ValueError("models: every seed needs its own model object (the trained "
+                         "parameters are written back into each)")
+    x = _stack_per_seed("xs", xs, count)
+    y = _stack_per_seed("ys", ys, count)
+    if y.shape[1] != x.shape[1]:
+        raise ValueError(f"ys: need as many labels as xs has samples ({x.shape[1]}), got "
+                         f"{y.shape[1]}")
+    if int(batch_size) < 1:
+        raise ValueError(f"batch_size: must be >= 1, got {batch_size}")
+    if int(epochs) < 0:
+        raise ValueError(f"epochs: must be >= 0, got {epochs}")
+    shapes = [[(k, tuple(p.shape)) for k, p in m.named_parameters()] for m in models]
+    if any(s != shapes[0] for s in shapes[1:]):
+        raise ValueError("models: every model must have the same parameter names and shapes")
+    with single_thread():
+        return _train_binary_sgd_ensemble(models, x, y, lr=lr, batch_size=int(batch_size),
+                                          epochs=int(epochs), seeds=seeds, on_epoch=on_epoch)
+
+
+def _train_binary_sgd_ensemble(models, x, y, *, lr, batch_size, epochs, seeds,
+                               on_epoch) -> list[BinaryRun]:
+    ensemble = Ensemble(models)
+    trainer = EnsembleTrainer(ensemble, mean_bce, FunctionalSGD(lr=lr), inputs="per_seed")
+    count, n = x.shape[0], x.shape[1]
+    generators = [torch.Generator().manual_seed(s) for s in seeds]
+    runs = [BinaryRun() for _ in models]
+    # Members still training; a stopped member is frozen by the trainer (its parameters stay
+    # where the loop run would have left them).
+    active = [True] * count
+    rows = torch.arange(count).unsqueeze(1)
+
+    def record(epoch: int) -> None:
+        with torch.no_grad():
+            costs = ensemble.losses(mean_bce, x, y)[DEFAULT_CONDITION].tolist()
+        for i in range(count):
+            if not active[i]:
+                continue
+            # A non-finite mini-batch loss during this epoch stopped the member in the loop
+            # version before its epoch cost was measured.
+            cost = math.nan if trainer.diverged[0, i] else costs[i]
+            finite = math.isfinite(cost)
+            runs[i].costs.append(cost if finite else math.nan)
+            if not finite:
+                runs[i].diverged = True
+                active[i] = False
+                trainer.diverged[0, i] = True  # freeze it from here on
+            elif on_epoch is not None:
+                on_epoch(epoch, i, ensemble.member(DEFAULT_CONDITION, i))
+
+    record(0)
+    for epoch in range(1, epochs + 1):
+        if not any(active):
+            break
+        # Every active member draws its permutation from its own stream, as in the loop (a
+        # stopped member draws no more, as its loop run would not).
+        order = torch.stack([torch.randperm(n, generator=g) if a else torch.arange(n)
+                             for g, a in zip(generators, active)])
+        for start in range(0, n - batch_size + 1, batch_size):
+            if bool(trainer.diverged.all()):
+                break  # every member has stopped: nothing left to compute this epoch
+            idx = order[:, start:start + batch_size]
+            trainer.step(x[rows, idx], y[rows, idx])
+        record(epoch)
+    with torch.no_grad():
+        for i, model in enumerate(models):
+            for name, param in model.named_parameters():
+                param.copy_(ensemble.params[DEFAULT_CONDITION][name][i])
+    return runs
 
 
 @torch.no_grad()
