@@ -266,3 +266,18 @@ def test_keep_freed_memory_applies_once_on_linux(monkeypatch):
     assert calls == []
     EnsembleTrainer(Ensemble(models), F.mse_loss, FunctionalAdam())
     assert calls == [1]
+
+
+def test_freeze_stops_one_member_and_checks_its_arguments():
+    models = [ResidualMLP(4, 8, 1, generator=torch.Generator().manual_seed(s)) for s in range(2)]
+    trainer = EnsembleTrainer(Ensemble(models), F.mse_loss, FunctionalAdam(lr=0.1))
+    before = trainer.ensemble.flat_params("default")
+    trainer.freeze("default", 1)
+    x, y = torch.randn(2, 5, 4), torch.randn(2, 5, 4)
+    trainer.step(x, y)
+    after = trainer.ensemble.flat_params("default")
+    assert torch.equal(after[1], before[1]) and not torch.equal(after[0], before[0])
+    with pytest.raises(ValueError, match="condition"):
+        trainer.freeze("nope", 0)
+    with pytest.raises(ValueError, match="seed_index"):
+        trainer.freeze("default", 2)

@@ -223,7 +223,7 @@ def _train_binary_sgd_ensemble(models, x, y, *, lr, batch_size, epochs, seeds,
             if not finite:
                 runs[i].diverged = True
                 active[i] = False
-                trainer.diverged[0, i] = True  # freeze it from here on
+                trainer.freeze(DEFAULT_CONDITION, i)  # no further updates
             elif on_epoch is not None:
                 on_epoch(epoch, i, ensemble.member(DEFAULT_CONDITION, i))
 

@@ -303,6 +303,19 @@ class EnsembleTrainer:
                         k += 1
         return StepOutput(detached, grad_dict)
 
+    def freeze(self, condition: str, seed_index: int) -> None:
+        """Stop updating one member from the next step on, as if it had diverged.
+
+        For callers with their own stopping rule (e.g. a non-finite evaluation cost): the
+        member is marked in :attr:`diverged` and its parameters stay where they are.
+        """
+        if condition not in self.ensemble.conditions:
+            raise ValueError(f"condition: unknown {condition!r} (have {self.ensemble.conditions})")
+        if not 0 <= seed_index < self.ensemble.num_seeds:
+            raise ValueError(f"seed_index: must be in [0, {self.ensemble.num_seeds}), "
+                             f"got {seed_index}")
+        self.diverged[self.ensemble.conditions.index(condition), seed_index] = True
+
     def _freeze_diverged(self, grads: list[Tensor | None]) -> list[tuple[int, Tensor, Tensor]]:
         """Zero diverged members' gradients (in ``grads``) and remember their parameters.
 
