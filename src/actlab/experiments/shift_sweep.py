@@ -39,7 +39,8 @@ class Config(ts.ModelSettings):
         default_factory=lambda: [-0.2, -0.15, -0.1, -0.05, 0.0, 0.05, 0.1, 0.15, 0.2]
     )
     include_unshifted: bool = True
-    steps: int = 3000
+    # Past sigmoid's crossover (~3600 steps in teacher-student), like teacher-student's default.
+    steps: int = 6000
     log_points: int = 20
 
     def __post_init__(self) -> None:
@@ -59,7 +60,7 @@ class ShiftSweep(Experiment):
         "d": 10, "m": 40, "L": 4, "steps": 1000, "batch_size": 128, "eval_size": 256,
         "shift_offsets": [-0.15, -0.075, 0.0, 0.075, 0.15], "log_points": 8,
     }
-    full: ClassVar[dict[str, Any]] = {"steps": 6000}
+    full: ClassVar[dict[str, Any]] = {"steps": 10000}
     default_seeds: ClassVar[int] = 6
     seeds_per_unit: ClassVar[int | None] = None
 
