@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from datetime import timedelta
 
 import torch
 import torch.distributed as dist
@@ -107,6 +108,20 @@ def shard(batch: tuple[torch.Tensor, ...], info: DistInfo) -> tuple[torch.Tensor
 
 
 def cleanup() -> None:
-    """Leave the process group if one was joined."""
-    if dist.is_initialized():
-        dist.destroy_process_group()
+    """Leave the process group if one was joined, after every rank has got here.
+
+    Without the barrier a rank that finishes first tears down its gloo connections while a
+    peer is still using them, and the peer can abort ("terminate called without an active
+    exception"). A peer that never arrives (it crashed) makes the barrier time out after a
+    minute; the group is left anyway.
+    """
+    if not dist.is_initialized():
+        return
+    try:
+        if dist.get_backend() == "gloo":
+            dist.monitored_barrier(timeout=timedelta(seconds=60))
+        else:
+            dist.barrier()
+    except Exception:  # a missing peer: still leave the group
+        pass
+    dist.destroy_process_group()
