@@ -137,7 +137,8 @@ def test_a_failed_build_warns_and_falls_back(monkeypatch):
         raise RuntimeError("no compiler\nerror: g++ not found")
 
     monkeypatch.setattr(native, "_module", None)
-    monkeypatch.setattr(native, "_build_error", None)
+    monkeypatch.setattr(native, "_extensions", {})
+    monkeypatch.setattr(native, "_build_errors", {})
     monkeypatch.setattr(cpp, "load", broken)
     with pytest.warns(RuntimeWarning, match="g\\+\\+ not found"):
         assert native.enable() is False

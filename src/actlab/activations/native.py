@@ -38,7 +38,8 @@ KINDS = {"relu": 0, "leaky_relu": 1, "gelu": 2, "silu": 3}
 
 _enabled = os.environ.get(ENV_VAR, "") not in ("", "0")
 _module: ModuleType | None = None
-_build_error: str | None = None
+_extensions: dict[str, ModuleType | None] = {}
+_build_errors: dict[str, str] = {}
 
 
 def _capability_flags() -> list[str]:
@@ -64,19 +65,25 @@ def _put_ninja_on_path() -> None:
     os.environ["PATH"] = ninja.BIN_DIR + os.pathsep + os.environ.get("PATH", "")
 
 
-def build(verbose: bool = False) -> ModuleType | None:
-    """Compile (or load from the cache) the extension; ``None`` with a warning on failure."""
-    global _module, _build_error
-    if _module is not None or _build_error is not None:
-        return _module
+def load_extension(name: str, sources: list[Path], verbose: bool = False) -> ModuleType | None:
+    """Compile (or load from torch's cache) one of actlab's C++ extensions.
+
+    Every source may include ``activation_functors.h`` (this directory is on the include
+    path). Returns ``None`` with a one-time warning if the build fails; :func:`build_error`
+    then gives the reason. Results are remembered per ``name``.
+    """
+    if name in _extensions:
+        return _extensions[name]
     from torch.utils.cpp_extension import load
 
     _put_ninja_on_path()
     tag = torch.__version__.split("+")[0].replace(".", "_")
+    module = None
     try:
-        _module = load(
-            name=f"actlab_shift_kernels_t{tag}",
-            sources=[str(SOURCE)],
+        module = load(
+            name=f"{name}_t{tag}",
+            sources=[str(source) for source in sources],
+            extra_include_paths=[str(SOURCE.parent)],
             # -fopenmp: at::parallel_for is inlined here and is an OpenMP loop; without the
             # flag it silently runs on one thread. The runtime resolves to torch's libgomp.
             extra_cflags=["-O3", "-fopenmp", *_capability_flags()],
@@ -84,9 +91,19 @@ def build(verbose: bool = False) -> ModuleType | None:
             verbose=verbose,
         )
     except Exception as exc:  # compiler or ninja missing, unsupported platform, ...
-        _build_error = f"{type(exc).__name__}: {str(exc).strip().splitlines()[-1][:300]}"
-        warnings.warn(f"actlab native kernels unavailable, using ATen ops ({_build_error})",
+        reason = f"{type(exc).__name__}: {str(exc).strip().splitlines()[-1][:300]}"
+        _build_errors[name] = reason
+        warnings.warn(f"actlab native kernels ({name}) unavailable, using ATen ops ({reason})",
                       RuntimeWarning, stacklevel=2)
+    _extensions[name] = module
+    return module
+
+
+def build(verbose: bool = False) -> ModuleType | None:
+    """Compile (or load from the cache) the shift kernels; ``None`` with a warning on failure."""
+    global _module
+    if _module is None:
+        _module = load_extension("actlab_shift_kernels", [SOURCE], verbose)
     return _module
 
 
@@ -103,8 +120,11 @@ def enabled() -> bool:
 
 
 def build_error() -> str | None:
-    """Why the build failed, or ``None``."""
-    return _build_error
+    """Why a build failed (the first failure, naming the extension), or ``None``."""
+    if not _build_errors:
+        return None
+    name, reason = next(iter(_build_errors.items()))
+    return f"{name}: {reason}"
 
 
 def usable(x: Tensor, kind: int | None) -> bool:

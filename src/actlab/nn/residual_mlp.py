@@ -216,6 +216,20 @@ class ResidualMLP(nn.Module):
             return x
         return x, {"hidden_mean": torch.stack(hidden), "post_act_mean": torch.stack(post)}
 
+    def ensemble_forward(self, params: dict[str, Tensor], buffers: dict[str, Tensor],
+                         x: Tensor) -> Tensor | None:
+        """Forward of a stacked ensemble of this architecture through the fused C++ path.
+
+        ``params``/``buffers`` are stacked over a leading member dimension and ``x`` is
+        ``(members, batch, d)``. Returns ``None`` when the path does not apply (native
+        kernels off, post-norm, biases, another activation; see
+        :mod:`actlab.nn.residual_stack`), and :class:`~actlab.train.ensemble.Ensemble` then
+        uses vmap. Works on a ``meta`` template: only the structure of ``self`` is read.
+        """
+        from actlab.nn.residual_stack import ensemble_forward
+
+        return ensemble_forward(self, params, buffers, x)
+
     def extra_repr(self) -> str:
         return (
             f"d={self.d}, m={self.m}, L={self.L}, activation={self.activation_spec!r}, "

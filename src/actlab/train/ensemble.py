@@ -15,6 +15,12 @@ and feed inputs ``per_seed`` so that member ``s`` of every condition sees the sa
 loss (members do not interact), so the ensemble equals training every model in a Python
 loop with ``torch.optim.Adam``/``SGD`` to rounding (tested to 1e-6 relative in float32).
 
+An architecture may offer a faster whole-ensemble kernel through a method
+``ensemble_forward(params, buffers, x)`` that returns the stacked outputs or ``None``;
+:class:`~actlab.nn.residual_mlp.ResidualMLP` does so with opt-in C++ kernels
+(:mod:`actlab.nn.residual_stack`). :meth:`Ensemble.losses` (and so training) uses it when
+it returns a tensor, and vmap otherwise.
+
 Limitations: a member's forward must be a pure function of its parameters, buffers and
 inputs. Modules with Python-side state updated in ``forward`` (running-mean activations
 such as ``:adaptive`` with momentum, BatchNorm running statistics in train mode) do not
@@ -205,10 +211,24 @@ class Ensemble:
         for c in conditions or self.conditions:
             x_c, x_dim = _data_dim(x, inputs, c)
             y_c, y_dim = _data_dim(y, inputs, c)
+            fused = None if kwargs else self._fused_forward(c, x_c, x_dim)
+            if fused is not None:
+                out[c] = torch.vmap(loss_fn, in_dims=(0, y_dim))(fused, y_c)
+                continue
             out[c] = self._vmapped(c, member_loss, x_dim, y_dim)(
                 self.params[c], self.buffers[c], x_c, y_c, kwargs
             )
         return out
+
+    def _fused_forward(self, condition: str, x: Any, x_dim: int | None) -> Tensor | None:
+        """The members' outputs from the architecture's own fused ensemble kernel, if it has
+        one that applies (``ensemble_forward`` returning a tensor), else ``None`` (use vmap)."""
+        forward = getattr(self._templates[condition], "ensemble_forward", None)
+        if forward is None or not isinstance(x, Tensor):
+            return None
+        if x_dim is None:  # one batch shared by all members
+            x = x.unsqueeze(0).expand(self.num_seeds, *x.shape)
+        return forward(self.params[condition], self.buffers[condition], x)
 
 
 @dataclass

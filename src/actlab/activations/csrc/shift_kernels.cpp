@@ -3,85 +3,18 @@
 // for each of these (f(x), then the subtraction or the mean); these do it while the data
 // is in registers (shift) or in L1 (one row at a time, centring).
 //
-// kind: 0 relu, 1 leaky_relu (param = negative slope), 2 gelu (erf form), 3 silu.
+// Activation kinds: see activation_functors.h (this file uses 0-3).
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
 #include <ATen/cpu/vec/vec.h>
 
-#include <cmath>
+#include "activation_functors.h"
 
 namespace {
 
 using at::vec::Vectorized;
-
-// The activation as a compile-time constant, so every loop is specialised to one function.
-template <typename T, int Kind>
-struct Act {
-  T slope;
-
-  Vectorized<T> f(const Vectorized<T>& x) const {
-    using V = Vectorized<T>;
-    const V zero(T(0)), one(T(1)), half(T(0.5));
-    if constexpr (Kind == 0) return at::vec::clamp_min(x, zero);
-    if constexpr (Kind == 1) return V::blendv(x * V(slope), x, x > zero);
-    if constexpr (Kind == 2) return x * half * (one + (x * V(T(M_SQRT1_2))).erf());
-    if constexpr (Kind == 3) return x / (one + x.neg().exp());
-  }
-  Vectorized<T> df(const Vectorized<T>& x) const {
-    using V = Vectorized<T>;
-    const V zero(T(0)), one(T(1)), half(T(0.5));
-    if constexpr (Kind == 0) return V::blendv(zero, one, x > zero);
-    if constexpr (Kind == 1) return V::blendv(V(slope), one, x > zero);
-    if constexpr (Kind == 2) {
-      const V cdf = half * (one + (x * V(T(M_SQRT1_2))).erf());
-      const V pdf = (x * x * V(T(-0.5))).exp() * V(T(0.5 * M_2_SQRTPI * M_SQRT1_2));
-      return cdf + x * pdf;
-    }
-    if constexpr (Kind == 3) {
-      const V s = one / (one + x.neg().exp());
-      return s * (one + x * (one - s));
-    }
-  }
-  // Scalar versions for the tails, by way of a one-lane load (same arithmetic).
-  T f_tail(T x) const {
-    T buf[Vectorized<T>::size()] = {x};
-    f(Vectorized<T>::loadu(buf, 1)).store(buf, 1);
-    return buf[0];
-  }
-  T df_tail(T x) const {
-    T buf[Vectorized<T>::size()] = {x};
-    df(Vectorized<T>::loadu(buf, 1)).store(buf, 1);
-    return buf[0];
-  }
-};
-
-void check(const torch::Tensor& t, const char* name) {
-  TORCH_CHECK(t.device().is_cpu(), name, ": expected a CPU tensor");
-  TORCH_CHECK(t.is_contiguous(), name, ": expected a contiguous tensor");
-  TORCH_CHECK(t.scalar_type() == at::kFloat || t.scalar_type() == at::kDouble, name,
-              ": expected float32 or float64");
-}
-
-template <typename T>
-T lanes_sum(const Vectorized<T>& v) {
-  T buf[Vectorized<T>::size()];
-  v.store(buf);
-  T sum = 0;
-  for (int k = 0; k < Vectorized<T>::size(); ++k) sum += buf[k];
-  return sum;
-}
-
-// Calls fn(Act<T, K>{slope}) for the runtime kind K.
-template <typename T, typename Fn>
-void with_act(int64_t kind, T slope, Fn&& fn) {
-  switch (kind) {
-    case 0: fn(Act<T, 0>{slope}); break;
-    case 1: fn(Act<T, 1>{slope}); break;
-    case 2: fn(Act<T, 2>{slope}); break;
-    case 3: fn(Act<T, 3>{slope}); break;
-    default: TORCH_CHECK(false, "unknown activation kind ", kind);
-  }
-}
+using actlab::lanes_sum;
+using actlab::with_act;
 
 // Sum of f(x) over a row while writing it, vectorised.
 template <typename T, typename A>
@@ -105,7 +38,7 @@ T row_apply(const A& act, const T* x, T* y, int64_t n) {
 }  // namespace
 
 torch::Tensor shift_forward(const torch::Tensor& x, int64_t kind, double param, double shift) {
-  check(x, "shift_forward");
+  actlab::check_dense_float(x, "shift_forward");
   auto y = torch::empty_like(x);
   AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "shift_forward", [&] {
     using V = Vectorized<scalar_t>;
@@ -127,7 +60,7 @@ torch::Tensor shift_forward(const torch::Tensor& x, int64_t kind, double param, 
 }
 
 torch::Tensor center_forward(const torch::Tensor& x, int64_t kind, double param) {
-  check(x, "center_forward");
+  actlab::check_dense_float(x, "center_forward");
   TORCH_CHECK(x.dim() >= 1 && x.size(-1) > 0, "center_forward: need a non-empty last dimension");
   auto y = torch::empty_like(x);
   const int64_t n = x.size(-1), rows = x.numel() / n;
@@ -153,8 +86,8 @@ torch::Tensor center_forward(const torch::Tensor& x, int64_t kind, double param)
 
 torch::Tensor center_backward(const torch::Tensor& grad, const torch::Tensor& x, int64_t kind,
                               double param) {
-  check(grad, "center_backward");
-  check(x, "center_backward");
+  actlab::check_dense_float(grad, "center_backward");
+  actlab::check_dense_float(x, "center_backward");
   TORCH_CHECK(grad.sizes() == x.sizes() && grad.scalar_type() == x.scalar_type(),
               "center_backward: grad and x must have the same shape and dtype");
   auto out = torch::empty_like(x);

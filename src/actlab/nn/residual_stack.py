@@ -1,0 +1,127 @@
+"""A fused ensemble path for :class:`~actlab.nn.residual_mlp.ResidualMLP` (opt-in C++).
+
+A vmapped ensemble runs each op over all members at once, so every ``(members, batch, m)``
+intermediate is written to memory by one op and read back by the next; on a CPU whose last
+level cache is smaller than a step's working set, that traffic costs as much as the matrix
+products. ``csrc/residual_stack.cpp`` instead takes one member at a time through all of its
+blocks, forward and backward, while that member's ``(batch, m)`` intermediates stay in L2;
+the matrix products are single-threaded BLAS calls and the threads take different members.
+It stores only each block's input and pre-activation for backward and recomputes the rest.
+
+It applies to pre-norm models without biases whose blocks all use one of ``relu``,
+``gelu`` (erf form), ``silu``, ``sigmoid`` or ``tanh``, optionally with a fixed shift
+(``relu:shift=theory``; the shift may differ between members), on float32/float64 CPU
+tensors. It is used by :class:`~actlab.train.ensemble.Ensemble` when the native kernels are
+enabled (:func:`actlab.activations.native.enable` or ``ACTLAB_NATIVE_KERNELS=1``); in every
+other case the ensemble uses vmap as before. Results agree with the vmapped path to
+rounding. It supports first derivatives only (training), not double backward.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from types import ModuleType
+
+import torch
+from torch import Tensor, nn
+from torch.autograd.function import once_differentiable
+
+from actlab.activations import native
+
+SOURCE = Path(__file__).with_name("csrc") / "residual_stack.cpp"
+# Kernel numbers shared with activation_functors.h.
+KINDS = {"relu": 0, "gelu": 2, "silu": 3, "sigmoid": 4, "tanh": 5}
+
+
+def extension() -> ModuleType | None:
+    """The compiled kernels when native kernels are enabled and usable, else ``None``."""
+    if not native.enabled():
+        return None
+    module = native.load_extension("actlab_residual_stack", [SOURCE])
+    return module if module is not None and module.has_blas() else None
+
+
+def activation_kind(act: nn.Module) -> tuple[int, bool] | None:
+    """``(kernel number, shifted)`` for a block activation the kernels cover, else ``None``."""
+    from actlab.activations.spec import SpecActivation
+    from actlab.nn.residual_mlp import ShiftedActivation
+
+    shifted = isinstance(act, ShiftedActivation)
+    base = act.base if shifted else act
+    if type(base) is not SpecActivation or base.spec not in KINDS:
+        return None  # options such as adaptive or topk change the function
+    return KINDS[base.spec], shifted
+
+
+def fused_plan(model: nn.Module) -> tuple[int, bool, float] | None:
+    """``(kind, shifted, eps)`` if ``model``'s structure suits the kernels, else ``None``."""
+    if getattr(model, "norm", None) != "pre" or getattr(model, "bias", True):
+        return None
+    kinds = {activation_kind(block.act) for block in model.blocks}
+    norms = {(block.norm.eps, block.norm.elementwise_affine, block.norm.bias is not None)
+             for block in model.blocks}
+    if len(kinds) != 1 or None in kinds or len(norms) != 1:
+        return None
+    eps, affine, has_bias = norms.pop()
+    if not (affine and has_bias):
+        return None
+    kind, shifted = kinds.pop()
+    return kind, shifted, float(eps)
+
+
+class _StackFunction(torch.autograd.Function):
+    """The fused forward; backward through the C++ kernel (first order only)."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, shift: Tensor, kind: int, eps: float, ext: ModuleType,
+                blocks: int, *weights: Tensor) -> Tensor:
+        ln_w, ln_b, w_up, w_down = (list(weights[i * blocks:(i + 1) * blocks]) for i in range(4))
+        y, xs, hs, mean, rstd = ext.stack_forward(x, ln_w, ln_b, w_up, w_down, shift, kind, eps)
+        ctx.save_for_backward(xs, hs, mean, rstd, shift, *weights)
+        ctx.kind, ctx.blocks, ctx.ext = kind, blocks, ext
+        return y
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad_y: Tensor):
+        xs, hs, mean, rstd, shift, *weights = ctx.saved_tensors
+        n = ctx.blocks
+        ln_w, ln_b, w_up, w_down = (weights[i * n:(i + 1) * n] for i in range(4))
+        gx, *stacked = ctx.ext.stack_backward(grad_y, xs, hs, mean, rstd, ln_w, ln_b, w_up,
+                                              w_down, shift, ctx.kind)
+        grads = [g for block_grads in stacked for g in block_grads.unbind(0)]
+        return (gx, None, None, None, None, None, *grads)
+
+
+def ensemble_forward(model: nn.Module, params: Mapping[str, Tensor],
+                     buffers: Mapping[str, Tensor], x: Tensor) -> Tensor | None:
+    """Forward of a whole stacked ensemble of ``model``'s architecture, or ``None``.
+
+    ``params``/``buffers`` are stacked over a leading member dimension (as from
+    :func:`torch.func.stack_module_state`), ``x`` is ``(members, batch, d)``. ``None`` means
+    the kernels do not apply (disabled, unbuilt, another structure, dtype or device) and the
+    caller should use vmap.
+    """
+    plan = fused_plan(model)
+    if plan is None or x.dim() != 3 or x.device.type != "cpu":
+        return None
+    if x.dtype not in (torch.float32, torch.float64):
+        return None
+    ext = extension()
+    if ext is None:
+        return None
+    kind, shifted, eps = plan
+    blocks = len(model.blocks)
+    names = [f"blocks.{i}.{part}" for part in ("norm.weight", "norm.bias", "up.weight",
+                                                 "down.weight") for i in range(blocks)]
+    if any(name not in params or params[name].dtype != x.dtype for name in names):
+        return None
+    members = x.shape[0]
+    if shifted:
+        shift = torch.stack([buffers[f"blocks.{i}.act.shift"] for i in range(blocks)])
+        shift = shift.to(x.dtype).reshape(blocks, members).contiguous()
+    else:
+        shift = torch.zeros(blocks, members, dtype=x.dtype)
+    weights = [params[name].contiguous() for name in names]
+    return _StackFunction.apply(x.contiguous(), shift, kind, eps, ext, blocks, *weights)
