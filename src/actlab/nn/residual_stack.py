@@ -6,7 +6,8 @@ level cache is smaller than a step's working set, that traffic costs as much as 
 products. ``csrc/residual_stack.cpp`` instead takes one member at a time through all of its
 blocks, forward and backward, while that member's ``(batch, m)`` intermediates stay in L2;
 the matrix products are single-threaded BLAS calls and the threads take different members.
-It stores only each block's input and pre-activation for backward and recomputes the rest.
+It stores only each block's input and LayerNorm statistics for backward and recomputes the
+rest (one more small matrix product per block, cheaper here than the memory traffic).
 
 It applies to pre-norm models without biases whose blocks all use one of ``relu``,
 ``gelu`` (erf form), ``silu``, ``sigmoid`` or ``tanh``, optionally with a fixed shift
@@ -77,19 +78,19 @@ class _StackFunction(torch.autograd.Function):
     def forward(ctx, x: Tensor, shift: Tensor, kind: int, eps: float, ext: ModuleType,
                 blocks: int, *weights: Tensor) -> Tensor:
         ln_w, ln_b, w_up, w_down = (list(weights[i * blocks:(i + 1) * blocks]) for i in range(4))
-        y, xs, hs, mean, rstd = ext.stack_forward(x, ln_w, ln_b, w_up, w_down, shift, kind, eps)
-        ctx.save_for_backward(xs, hs, mean, rstd, shift, *weights)
+        y, xs, mean, rstd = ext.stack_forward(x, ln_w, ln_b, w_up, w_down, shift, kind, eps)
+        ctx.save_for_backward(xs, mean, rstd, shift, *weights)
         ctx.kind, ctx.blocks, ctx.ext = kind, blocks, ext
         return y
 
     @staticmethod
     @once_differentiable
     def backward(ctx, grad_y: Tensor):
-        xs, hs, mean, rstd, shift, *weights = ctx.saved_tensors
+        xs, mean, rstd, shift, *weights = ctx.saved_tensors
         n = ctx.blocks
         ln_w, ln_b, w_up, w_down = (weights[i * n:(i + 1) * n] for i in range(4))
-        gx, *stacked = ctx.ext.stack_backward(grad_y, xs, hs, mean, rstd, ln_w, ln_b, w_up,
-                                              w_down, shift, ctx.kind)
+        gx, *stacked = ctx.ext.stack_backward(grad_y, xs, mean, rstd, ln_w, ln_b, w_up, w_down,
+                                              shift, ctx.kind)
         grads = [g for block_grads in stacked for g in block_grads.unbind(0)]
         return (gx, None, None, None, None, None, *grads)
 

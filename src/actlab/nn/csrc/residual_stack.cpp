@@ -5,8 +5,14 @@
 // shape (S, B, m) leaves the caches between ops and comes back from memory. Here each member
 // goes through all of its blocks while its (B, m) intermediates stay in L2, the matrix
 // products are single-threaded BLAS calls on those cached blocks, and the two threads take
-// different members. Saved for backward: each block's input and pre-activation; the
-// activation, the LayerNorm output and the derivatives are recomputed in backward.
+// different members. Saved for backward: each block's input and LayerNorm statistics; the
+// LayerNorm output, the pre-activation (one more small matrix product) and the activation
+// are recomputed in backward, which here is faster than writing the pre-activations to
+// memory and reading them back, and saves that memory.
+//
+// Inside, activations are kept transposed, (features, batch): LayerNorm's per-row
+// statistics become vector operations along the batch, and every matrix product has the
+// batch (not d = 20, say) as its contiguous output dimension, which BLAS runs faster.
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
 #include <ATen/cpu/vec/vec.h>
@@ -77,30 +83,84 @@ void scale_by_derivative(const A& act, const T* h, T* g, int64_t n) {
   for (; i < n; ++i) g[i] *= act.df_tail(h[i]);
 }
 
-// Row statistics (two passes, biased variance, as LayerNorm) and the normalised rows:
-// xhat = (x - mean) * rstd and u = xhat * w + b. mean/rstd are written when `stats` is true,
-// read otherwise.
+// LayerNorm over the columns of X (d, B), i.e. over the features of each example. Writes
+// (or, with stats false, reads) the column statistics mean/rstd (B) and the normalised
+// XH = (X - mean) * rstd and U = XH * w + b, all (d, B).
 template <typename T>
-void layer_norm_rows(const T* x, int64_t rows, int64_t d, const T* w, const T* b, T eps,
-                     bool stats, T* mean, T* rstd, T* xhat, T* u) {
-  for (int64_t r = 0; r < rows; ++r) {
-    const T* xr = x + r * d;
-    if (stats) {
-      T sum = 0;
-      for (int64_t j = 0; j < d; ++j) sum += xr[j];
-      const T mu = sum / T(d);
-      T sq = 0;
-      for (int64_t j = 0; j < d; ++j) sq += (xr[j] - mu) * (xr[j] - mu);
-      mean[r] = mu;
-      rstd[r] = T(1) / std::sqrt(sq / T(d) + eps);
-    }
-    const T mu = mean[r], rs = rstd[r];
+void layer_norm_columns(const T* X, int64_t d, int64_t B, const T* w, const T* b, T eps,
+                        bool stats, T* mean, T* rstd, T* XH, T* U) {
+  if (stats) {
+    std::fill_n(mean, B, T(0));
+    std::fill_n(rstd, B, T(0));
     for (int64_t j = 0; j < d; ++j) {
-      const T v = (xr[j] - mu) * rs;
-      xhat[r * d + j] = v;
-      u[r * d + j] = v * w[j] + b[j];
+      const T* xj = X + j * B;
+#pragma omp simd
+      for (int64_t r = 0; r < B; ++r) mean[r] += xj[r];
+    }
+#pragma omp simd
+    for (int64_t r = 0; r < B; ++r) mean[r] /= T(d);
+    for (int64_t j = 0; j < d; ++j) {  // two passes: the variance of centred values
+      const T* xj = X + j * B;
+#pragma omp simd
+      for (int64_t r = 0; r < B; ++r) rstd[r] += (xj[r] - mean[r]) * (xj[r] - mean[r]);
+    }
+#pragma omp simd
+    for (int64_t r = 0; r < B; ++r) rstd[r] = T(1) / std::sqrt(rstd[r] / T(d) + eps);
+  }
+  for (int64_t j = 0; j < d; ++j) {
+    const T* xj = X + j * B;
+    T* xhj = XH + j * B;
+    T* uj = U + j * B;
+    const T wj = w[j], bj = b[j];
+#pragma omp simd
+    for (int64_t r = 0; r < B; ++r) {
+      const T v = (xj[r] - mean[r]) * rstd[r];
+      xhj[r] = v;
+      uj[r] = v * wj + bj;
     }
   }
+}
+
+// LayerNorm backward for one block: adds the parameter gradients' column sums into gw, gb
+// (d) and the input gradient into DY (d, B), given DU = dLoss/dU (d, B). mg, mgx: scratch (B).
+template <typename T>
+void layer_norm_columns_backward(const T* DU, const T* XH, const T* w, const T* rstd, int64_t d,
+                                 int64_t B, T* gw, T* gb, T* DY, T* mg, T* mgx) {
+  std::fill_n(mg, B, T(0));
+  std::fill_n(mgx, B, T(0));
+  for (int64_t j = 0; j < d; ++j) {
+    const T* duj = DU + j * B;
+    const T* xhj = XH + j * B;
+    const T wj = w[j];
+    T sum_gx = 0, sum_g = 0;
+#pragma omp simd reduction(+ : sum_gx, sum_g)
+    for (int64_t r = 0; r < B; ++r) {
+      sum_gx += duj[r] * xhj[r];
+      sum_g += duj[r];
+      mg[r] += duj[r] * wj;
+      mgx[r] += duj[r] * wj * xhj[r];
+    }
+    gw[j] = sum_gx;
+    gb[j] = sum_g;
+  }
+  const T inv_d = T(1) / T(d);
+  for (int64_t j = 0; j < d; ++j) {
+    const T* duj = DU + j * B;
+    const T* xhj = XH + j * B;
+    T* dyj = DY + j * B;
+    const T wj = w[j];
+#pragma omp simd
+    for (int64_t r = 0; r < B; ++r) {
+      dyj[r] += rstd[r] * (duj[r] * wj - mg[r] * inv_d - xhj[r] * mgx[r] * inv_d);
+    }
+  }
+}
+
+// out (cols, rows) = in (rows, cols) transposed.
+template <typename T>
+void transpose(const T* in, int64_t rows, int64_t cols, T* out) {
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < cols; ++j) out[j * rows + i] = in[i * cols + j];
 }
 
 struct Shapes {
@@ -138,8 +198,8 @@ Shapes check_inputs(const Tensor& x, const std::vector<Tensor>& ln_w,
 
 bool has_blas() { return sgemm_ != nullptr && dgemm_ != nullptr; }
 
-// Returns y, the block inputs xs (L, S, B, d), pre-activations hs (L, S, B, m), and the
-// LayerNorm row statistics mean, rstd (L, S, B).
+// Returns y, the block inputs xs (L, S, d, B), transposed, and the LayerNorm statistics
+// mean, rstd (L, S, B).
 std::vector<Tensor> stack_forward(const Tensor& x, const std::vector<Tensor>& ln_w,
                                   const std::vector<Tensor>& ln_b, const std::vector<Tensor>& w_up,
                                   const std::vector<Tensor>& w_down, const Tensor& shift,
@@ -147,8 +207,7 @@ std::vector<Tensor> stack_forward(const Tensor& x, const std::vector<Tensor>& ln
   TORCH_CHECK(has_blas(), "stack_forward: no BLAS symbols in this torch build");
   const Shapes s = check_inputs(x, ln_w, ln_b, w_up, w_down, shift);
   const auto opts = x.options();
-  Tensor xs = torch::empty({s.L, s.S, s.B, s.d}, opts);
-  Tensor hs = torch::empty({s.L, s.S, s.B, s.m}, opts);
+  Tensor xs = torch::empty({s.L, s.S, s.d, s.B}, opts);
   Tensor mean = torch::empty({s.L, s.S, s.B}, opts);
   Tensor rstd = torch::empty({s.L, s.S, s.B}, opts);
   Tensor y = torch::empty({s.S, s.B, s.d}, opts);
@@ -156,40 +215,40 @@ std::vector<Tensor> stack_forward(const Tensor& x, const std::vector<Tensor>& ln
     using T = scalar_t;
     actlab::with_act(kind, T(0), [&](auto act) {
       at::parallel_for(0, s.S, 1, [&](int64_t begin, int64_t end) {
-        const int64_t Bd = s.B * s.d, Bm = s.B * s.m;
+        const int64_t B = s.B, d = s.d, m = s.m, Bd = B * d, Bm = B * m;
         const SingleThreadedBlas single;
-        std::vector<T> xhat(Bd), u(Bd), a(Bm);
+        std::vector<T> xh(Bd), u(Bd), h(Bm), a(Bm), last(Bd);
         for (int64_t k = begin; k < end; ++k) {
-          std::copy_n(x.const_data_ptr<T>() + k * Bd, Bd, xs.mutable_data_ptr<T>() + k * Bd);
+          transpose(x.const_data_ptr<T>() + k * Bd, B, d, xs.mutable_data_ptr<T>() + k * Bd);
           for (int64_t l = 0; l < s.L; ++l) {
             const int64_t lk = l * s.S + k;
-            const T* xin = xs.const_data_ptr<T>() + lk * Bd;
-            T* h = hs.mutable_data_ptr<T>() + lk * Bm;
-            layer_norm_rows<T>(xin, s.B, s.d, ln_w[l].const_data_ptr<T>() + k * s.d,
-                               ln_b[l].const_data_ptr<T>() + k * s.d, T(eps), true,
-                               mean.mutable_data_ptr<T>() + lk * s.B,
-                               rstd.mutable_data_ptr<T>() + lk * s.B, xhat.data(), u.data());
-            // h = u @ W1^T
-            gemm<T>(false, true, s.B, s.m, s.d, T(1), u.data(), s.d,
-                    w_up[l].const_data_ptr<T>() + k * s.m * s.d, s.d, T(0), h, s.m);
-            apply_act(act, h, shift.const_data_ptr<T>()[lk], a.data(), Bm);
-            // x_next = x + a @ W2^T
-            T* xout = l + 1 < s.L ? xs.mutable_data_ptr<T>() + ((l + 1) * s.S + k) * Bd
-                                  : y.mutable_data_ptr<T>() + k * Bd;
-            std::copy_n(xin, Bd, xout);
-            gemm<T>(false, true, s.B, s.d, s.m, T(1), a.data(), s.m,
-                    w_down[l].const_data_ptr<T>() + k * s.d * s.m, s.m, T(1), xout, s.d);
+            const T* X = xs.const_data_ptr<T>() + lk * Bd;
+            T* H = h.data();
+            layer_norm_columns<T>(X, d, B, ln_w[l].const_data_ptr<T>() + k * d,
+                                  ln_b[l].const_data_ptr<T>() + k * d, T(eps), true,
+                                  mean.mutable_data_ptr<T>() + lk * B,
+                                  rstd.mutable_data_ptr<T>() + lk * B, xh.data(), u.data());
+            // H = W1 U
+            gemm<T>(false, false, m, B, d, T(1), w_up[l].const_data_ptr<T>() + k * m * d, d,
+                    u.data(), B, T(0), H, B);
+            apply_act(act, H, shift.const_data_ptr<T>()[lk], a.data(), Bm);
+            // X_next = X + W2 A
+            T* next = l + 1 < s.L ? xs.mutable_data_ptr<T>() + ((l + 1) * s.S + k) * Bd : last.data();
+            std::copy_n(X, Bd, next);
+            gemm<T>(false, false, d, B, m, T(1), w_down[l].const_data_ptr<T>() + k * d * m, m,
+                    a.data(), B, T(1), next, B);
           }
+          transpose(last.data(), d, B, y.mutable_data_ptr<T>() + k * Bd);
         }
       });
     });
   });
-  return {y, xs, hs, mean, rstd};
+  return {y, xs, mean, rstd};
 }
 
 // Returns the gradients of x, then stacked (L, S, ...) gradients of the LayerNorm weights,
 // LayerNorm biases, up weights and down weights.
-std::vector<Tensor> stack_backward(const Tensor& grad_y, const Tensor& xs, const Tensor& hs,
+std::vector<Tensor> stack_backward(const Tensor& grad_y, const Tensor& xs,
                                    const Tensor& mean, const Tensor& rstd,
                                    const std::vector<Tensor>& ln_w, const std::vector<Tensor>& ln_b,
                                    const std::vector<Tensor>& w_up,
@@ -208,57 +267,41 @@ std::vector<Tensor> stack_backward(const Tensor& grad_y, const Tensor& xs, const
     using T = scalar_t;
     actlab::with_act(kind, T(0), [&](auto act) {
       at::parallel_for(0, s.S, 1, [&](int64_t begin, int64_t end) {
-        const int64_t Bd = s.B * s.d, Bm = s.B * s.m, d = s.d;
+        const int64_t B = s.B, d = s.d, m = s.m, Bd = B * d, Bm = B * m;
         const SingleThreadedBlas single;
-        std::vector<T> dy(Bd), xhat(Bd), u(Bd), du(Bd), a(Bm), dh(Bm);
+        std::vector<T> dy(Bd), xh(Bd), u(Bd), du(Bd), h(Bm), a(Bm), dh(Bm), gw1t(d * m), mg(B),
+            mgx(B);
         for (int64_t k = begin; k < end; ++k) {
-          std::copy_n(gy.const_data_ptr<T>() + k * Bd, Bd, dy.data());
+          transpose(gy.const_data_ptr<T>() + k * Bd, B, d, dy.data());
           for (int64_t l = s.L - 1; l >= 0; --l) {
             const int64_t lk = l * s.S + k;
-            const T* h = hs.const_data_ptr<T>() + lk * Bm;
-            const T* w1 = w_up[l].const_data_ptr<T>() + k * s.m * d;
-            const T* w2 = w_down[l].const_data_ptr<T>() + k * d * s.m;
+            const T* w1 = w_up[l].const_data_ptr<T>() + k * m * d;
+            const T* w2 = w_down[l].const_data_ptr<T>() + k * d * m;
             const T* lw = ln_w[l].const_data_ptr<T>() + k * d;
-            apply_act(act, h, shift.const_data_ptr<T>()[lk], a.data(), Bm);
-            // dW2 = dy^T @ a ; da = dy @ W2 ; dh = da * f'(h)
-            gemm<T>(true, false, d, s.m, s.B, T(1), dy.data(), d, a.data(), s.m, T(0),
-                    g_down.mutable_data_ptr<T>() + lk * d * s.m, s.m);
-            gemm<T>(false, false, s.B, s.m, d, T(1), dy.data(), d, w2, s.m, T(0), dh.data(), s.m);
-            scale_by_derivative(act, h, dh.data(), Bm);
-            T* mu = const_cast<T*>(mean.const_data_ptr<T>() + lk * s.B);
-            T* rs = const_cast<T*>(rstd.const_data_ptr<T>() + lk * s.B);
-            layer_norm_rows<T>(xs.const_data_ptr<T>() + lk * Bd, s.B, d, lw,
-                               ln_b[l].const_data_ptr<T>() + k * d, T(0), false, mu, rs,
-                               xhat.data(), u.data());
-            // dW1 = dh^T @ u ; du = dh @ W1
-            gemm<T>(true, false, s.m, d, s.B, T(1), dh.data(), s.m, u.data(), d, T(0),
-                    g_up.mutable_data_ptr<T>() + lk * s.m * d, d);
-            gemm<T>(false, false, s.B, d, s.m, T(1), dh.data(), s.m, w1, d, T(0), du.data(), d);
-            // LayerNorm: parameter gradients, then the input gradient added to dy.
-            T* gw = g_ln_w.mutable_data_ptr<T>() + lk * d;
-            T* gb = g_ln_b.mutable_data_ptr<T>() + lk * d;
-            std::fill_n(gw, d, T(0));
-            std::fill_n(gb, d, T(0));
-            for (int64_t r = 0; r < s.B; ++r) {
-              const T* dur = du.data() + r * d;
-              const T* xr = xhat.data() + r * d;
-              T mean_g = 0, mean_gx = 0;
-              for (int64_t j = 0; j < d; ++j) {
-                gw[j] += dur[j] * xr[j];
-                gb[j] += dur[j];
-                const T g = dur[j] * lw[j];
-                mean_g += g;
-                mean_gx += g * xr[j];
-              }
-              mean_g /= T(d);
-              mean_gx /= T(d);
-              T* dyr = dy.data() + r * d;
-              for (int64_t j = 0; j < d; ++j) {
-                dyr[j] += rs[r] * (dur[j] * lw[j] - mean_g - xr[j] * mean_gx);
-              }
-            }
+            T* mu = const_cast<T*>(mean.const_data_ptr<T>() + lk * B);
+            T* rs = const_cast<T*>(rstd.const_data_ptr<T>() + lk * B);
+            layer_norm_columns<T>(xs.const_data_ptr<T>() + lk * Bd, d, B, lw,
+                                  ln_b[l].const_data_ptr<T>() + k * d, T(0), false, mu, rs,
+                                  xh.data(), u.data());
+            // H = W1 U again
+            gemm<T>(false, false, m, B, d, T(1), w1, d, u.data(), B, T(0), h.data(), B);
+            const T* H = h.data();
+            apply_act(act, H, shift.const_data_ptr<T>()[lk], a.data(), Bm);
+            // dW2 = DY A^T ; DH = W2^T DY * f'(H)
+            gemm<T>(false, true, d, m, B, T(1), dy.data(), B, a.data(), B, T(0),
+                    g_down.mutable_data_ptr<T>() + lk * d * m, m);
+            gemm<T>(true, false, m, B, d, T(1), w2, m, dy.data(), B, T(0), dh.data(), B);
+            scale_by_derivative(act, H, dh.data(), Bm);
+            // dW1 = (U DH^T)^T (the batch stays the contiguous dimension) ; DU = W1^T DH
+            gemm<T>(false, true, d, m, B, T(1), u.data(), B, dh.data(), B, T(0), gw1t.data(), m);
+            transpose(gw1t.data(), d, m, g_up.mutable_data_ptr<T>() + lk * m * d);
+            gemm<T>(true, false, d, B, m, T(1), w1, d, dh.data(), B, T(0), du.data(), B);
+            layer_norm_columns_backward<T>(du.data(), xh.data(), lw, rs, d, B,
+                                           g_ln_w.mutable_data_ptr<T>() + lk * d,
+                                           g_ln_b.mutable_data_ptr<T>() + lk * d, dy.data(),
+                                           mg.data(), mgx.data());
           }
-          std::copy_n(dy.data(), Bd, gx.mutable_data_ptr<T>() + k * Bd);
+          transpose(dy.data(), d, B, gx.mutable_data_ptr<T>() + k * Bd);
         }
       });
     });
