@@ -66,3 +66,19 @@ def test_tensorboard_and_mlflow_sinks_receive_the_table(tmp_path):
     assert [m.value for m in history] == losses
     assert run.data.params["steps"] == "6"
     assert run.data.metrics["summary/final_loss/tanh"] == pytest.approx(losses[-1])
+
+
+def test_native_flag_turns_the_kernels_on_and_is_recorded(tmp_path, monkeypatch):
+    from actlab.activations import native
+
+    monkeypatch.setenv(native.ENV_VAR, "0")  # restored after the test
+    try:
+        result = toy.invoke("run", "toy", "--quick", "--set", "acts=relu", "--native",
+                            "--out", tmp_path)
+        assert result.exit_code == 0, result.output
+        env = json.loads((tmp_path / "toy" / "quick_acts=relu" / "env.json").read_text())
+        # True where a compiler built the kernels; a failed build says so and runs on ATen.
+        assert env["native_kernels"] is native.enabled()
+        assert native.enabled() or "unavailable" in result.stderr
+    finally:
+        native.enable(False)

@@ -50,6 +50,29 @@ def _finish(outcomes: list[RunOutcome]) -> None:
         sys.exit(1)
 
 
+def _use_native(native: bool) -> None:
+    """``--native``: build the opt-in C++ kernels now and turn them on for this process and
+    the worker processes it starts (through the environment)."""
+    if not native:
+        return
+    from actlab.activations import native as kernels
+
+    os.environ[kernels.ENV_VAR] = "1"
+    click.echo("native kernels: building or loading (about a minute the first time) ...")
+    if not kernels.enable():
+        click.echo(f"native kernels unavailable, using ATen ops ({kernels.build_error()})", err=True)
+        os.environ[kernels.ENV_VAR] = "0"
+        return
+    from actlab.nn.residual_stack import extension
+
+    extension()  # ResidualMLP's fused ensemble kernels, built now rather than mid-run
+
+
+NATIVE_HELP = ("Use the opt-in C++ kernels: one-pass shifted/adaptive activations and "
+               "ResidualMLP's fused ensemble training (same results to rounding; needs a C++ "
+               "compiler, built once).")
+
+
 def _common(function):
     """Options shared by ``run`` and ``sweep``."""
     options = [
@@ -63,6 +86,7 @@ def _common(function):
         click.option("--resume", is_flag=True, help="Skip units already finished in the run directory."),
         click.option("--workers", type=int, default=1, show_default=True, help="Parallel processes."),
         click.option("--device", default="cpu", show_default=True, help="cpu, cuda or cuda:N."),
+        click.option("--native", is_flag=True, help=NATIVE_HELP),
         click.option("--tensorboard", default=None, metavar="DIR", help="Also log scalars to TensorBoard."),
         click.option("--mlflow", default=None, metavar="URI", is_flag=False, flag_value="mlruns",
                      help="Also log to MLflow; a path (or no value: ./mlruns) is a local file store."),
@@ -77,7 +101,7 @@ def _common(function):
 @click.option("--list", "list_only", is_flag=True, help="List the registered experiments.")
 @_common
 def run_command(experiment, list_only, quick, full, seeds, sets, out, name, resume, workers, device,
-                tensorboard, mlflow):
+                native, tensorboard, mlflow):
     """Run EXPERIMENT into OUT/EXPERIMENT/NAME (config, env, metrics, summary, figures, report)."""
     load_plugins()
     if list_only:
@@ -88,6 +112,7 @@ def run_command(experiment, list_only, quick, full, seeds, sets, out, name, resu
         return
     if not experiment:
         raise click.UsageError("missing EXPERIMENT (or use --list)")
+    _use_native(native)
     options = RunOptions(out=Path(out), name=name, resume=resume, workers=workers, device=device,
                          tensorboard=tensorboard, mlflow=mlflow, command=list(sys.argv))
     outcome = run_experiment(experiment, _scale(quick, full), parse_assignments(sets), None, seeds, options)
@@ -102,9 +127,10 @@ def run_command(experiment, list_only, quick, full, seeds, sets, out, name, resu
 @click.option("--address", default=None, help="Ray cluster address (default: start a local instance).")
 @_common
 def sweep_command(experiment, grid, backend, address, quick, full, seeds, sets, out, name, resume,
-                  workers, device, tensorboard, mlflow):
+                  workers, device, native, tensorboard, mlflow):
     """Run EXPERIMENT over every combination of --grid values, as one resumable run directory."""
     load_plugins()
+    _use_native(native)
     options = RunOptions(out=Path(out), name=name, resume=resume, backend=backend, workers=workers,
                          address=address, device=device, tensorboard=tensorboard, mlflow=mlflow,
                          command=list(sys.argv))
@@ -130,11 +156,13 @@ def report_command(run_dir):
 @click.option("--resume", is_flag=True, help="Skip units already finished.")
 @click.option("--workers", type=int, default=1, show_default=True)
 @click.option("--device", default="cpu", show_default=True)
-def reproduce_command(quick, full, only, out, resume, workers, device):
+@click.option("--native", is_flag=True, help=NATIVE_HELP)
+def reproduce_command(quick, full, only, out, resume, workers, device, native):
     """Run every registered experiment and write OUT/index.html with the headline findings."""
     from actlab.runner.reproduce import reproduce
 
     load_plugins()
+    _use_native(native)
     names = [n.strip() for n in only.split(",") if n.strip()] if only else None
     options = RunOptions(out=Path(out), resume=resume, workers=workers, device=device,
                          command=list(sys.argv))

@@ -64,6 +64,8 @@ def environment(device: str, command: list[str] | None = None) -> dict[str, Any]
         "cuda_available": torch.cuda.is_available(),
         "packages": package_versions(),
         "git": git_commit(),
+        # Opt-in C++ kernels change results only by rounding, but a reader should know.
+        "native_kernels": os.environ.get("ACTLAB_NATIVE_KERNELS", "") not in ("", "0"),
     }
     if device.startswith("cuda") and torch.cuda.is_available():
         info["cuda_device"] = torch.cuda.get_device_name(torch.device(device))
