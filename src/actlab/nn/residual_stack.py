@@ -104,13 +104,11 @@ def ensemble_forward(model: nn.Module, params: Mapping[str, Tensor],
     the kernels do not apply (disabled, unbuilt, another structure, dtype or device) and the
     caller should use vmap.
     """
-    plan = fused_plan(model)
-    if plan is None or x.dim() != 3 or x.device.type != "cpu":
+    if x.dim() != 3 or x.device.type != "cpu" or x.dtype not in (torch.float32, torch.float64):
         return None
-    if x.dtype not in (torch.float32, torch.float64):
-        return None
-    ext = extension()
-    if ext is None:
+    ext = extension()  # None when the native kernels are off: the common, cheap case
+    plan = fused_plan(model) if ext is not None else None
+    if plan is None:
         return None
     kind, shifted, eps = plan
     blocks = len(model.blocks)
