@@ -134,7 +134,8 @@ class SizeSweep(Experiment):
         early = max(1, round(0.05 * config.steps))
         heat: dict[str, Any] = {}
         Ls = list(config.grid_L)
-        fig, axes = plt.subplots(1, len(Ls), figsize=(4.5 * len(Ls), 3.8), squeeze=False)
+        fig, axes = plt.subplots(1, len(Ls), figsize=(4.8 * len(Ls), 3.8), squeeze=False,
+                                 layout="constrained")
         for ax, L in zip(axes[0], Ls):
             grid = np.full((len(config.grid_d), len(config.grid_m)), np.nan)
             for i, d in enumerate(config.grid_d):
@@ -167,7 +168,7 @@ class SizeSweep(Experiment):
         optimal: dict[str, Any] = {}
         done = [r for r in results if r["unit"].get("part") == "optimal" and r["data"].get("shifts")]
         fig, axes = plt.subplots(1, max(1, len(done)), figsize=(4 * max(1, len(done)), 3.4),
-                                 squeeze=False)
+                                 squeeze=False, layout="constrained")
         for ax, r in zip(axes[0], done):
             size = r["unit"]["size"]
             _, best = ts.optimal_shifts(table, f"optimal/{size}", r["data"]["shifts"])
