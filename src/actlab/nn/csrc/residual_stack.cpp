@@ -194,6 +194,20 @@ Shapes check_inputs(const Tensor& x, const std::vector<Tensor>& ln_w,
   return s;
 }
 
+// Calls body(act, T(), begin, end) on the intra-op threads for chunks of members, with the
+// activation and scalar type resolved and BLAS kept single-threaded inside.
+template <typename Body>
+void over_members(at::ScalarType dtype, int64_t kind, int64_t members, Body&& body) {
+  AT_DISPATCH_FLOATING_TYPES(dtype, "residual_stack", [&] {
+    actlab::with_act(kind, scalar_t(0), [&](auto act) {
+      at::parallel_for(0, members, 1, [&](int64_t begin, int64_t end) {
+        const SingleThreadedBlas single;
+        body(act, scalar_t(0), begin, end);
+      });
+    });
+  });
+}
+
 }  // namespace
 
 bool has_blas() { return sgemm_ != nullptr && dgemm_ != nullptr; }
@@ -211,37 +225,33 @@ std::vector<Tensor> stack_forward(const Tensor& x, const std::vector<Tensor>& ln
   Tensor mean = torch::empty({s.L, s.S, s.B}, opts);
   Tensor rstd = torch::empty({s.L, s.S, s.B}, opts);
   Tensor y = torch::empty({s.S, s.B, s.d}, opts);
-  AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "stack_forward", [&] {
-    using T = scalar_t;
-    actlab::with_act(kind, T(0), [&](auto act) {
-      at::parallel_for(0, s.S, 1, [&](int64_t begin, int64_t end) {
-        const int64_t B = s.B, d = s.d, m = s.m, Bd = B * d, Bm = B * m;
-        const SingleThreadedBlas single;
-        std::vector<T> xh(Bd), u(Bd), h(Bm), a(Bm), last(Bd);
-        for (int64_t k = begin; k < end; ++k) {
-          transpose(x.const_data_ptr<T>() + k * Bd, B, d, xs.mutable_data_ptr<T>() + k * Bd);
-          for (int64_t l = 0; l < s.L; ++l) {
-            const int64_t lk = l * s.S + k;
-            const T* X = xs.const_data_ptr<T>() + lk * Bd;
-            T* H = h.data();
-            layer_norm_columns<T>(X, d, B, ln_w[l].const_data_ptr<T>() + k * d,
-                                  ln_b[l].const_data_ptr<T>() + k * d, T(eps), true,
-                                  mean.mutable_data_ptr<T>() + lk * B,
-                                  rstd.mutable_data_ptr<T>() + lk * B, xh.data(), u.data());
-            // H = W1 U
-            gemm<T>(false, false, m, B, d, T(1), w_up[l].const_data_ptr<T>() + k * m * d, d,
-                    u.data(), B, T(0), H, B);
-            apply_act(act, H, shift.const_data_ptr<T>()[lk], a.data(), Bm);
-            // X_next = X + W2 A
-            T* next = l + 1 < s.L ? xs.mutable_data_ptr<T>() + ((l + 1) * s.S + k) * Bd : last.data();
-            std::copy_n(X, Bd, next);
-            gemm<T>(false, false, d, B, m, T(1), w_down[l].const_data_ptr<T>() + k * d * m, m,
-                    a.data(), B, T(1), next, B);
-          }
-          transpose(last.data(), d, B, y.mutable_data_ptr<T>() + k * Bd);
-        }
-      });
-    });
+  over_members(x.scalar_type(), kind, s.S, [&](const auto& act, auto zero, int64_t begin,
+                                               int64_t end) {
+    using T = decltype(zero);
+    const int64_t B = s.B, d = s.d, m = s.m, Bd = B * d, Bm = B * m;
+    std::vector<T> xh(Bd), u(Bd), h(Bm), a(Bm), last(Bd);
+    for (int64_t k = begin; k < end; ++k) {
+      transpose(x.const_data_ptr<T>() + k * Bd, B, d, xs.mutable_data_ptr<T>() + k * Bd);
+      for (int64_t l = 0; l < s.L; ++l) {
+        const int64_t lk = l * s.S + k;
+        const T* X = xs.const_data_ptr<T>() + lk * Bd;
+        T* H = h.data();
+        layer_norm_columns<T>(X, d, B, ln_w[l].const_data_ptr<T>() + k * d,
+                              ln_b[l].const_data_ptr<T>() + k * d, T(eps), true,
+                              mean.mutable_data_ptr<T>() + lk * B,
+                              rstd.mutable_data_ptr<T>() + lk * B, xh.data(), u.data());
+        // H = W1 U
+        gemm<T>(false, false, m, B, d, T(1), w_up[l].const_data_ptr<T>() + k * m * d, d,
+                u.data(), B, T(0), H, B);
+        apply_act(act, H, shift.const_data_ptr<T>()[lk], a.data(), Bm);
+        // X_next = X + W2 A
+        T* next = l + 1 < s.L ? xs.mutable_data_ptr<T>() + ((l + 1) * s.S + k) * Bd : last.data();
+        std::copy_n(X, Bd, next);
+        gemm<T>(false, false, d, B, m, T(1), w_down[l].const_data_ptr<T>() + k * d * m, m,
+                a.data(), B, T(1), next, B);
+      }
+      transpose(last.data(), d, B, y.mutable_data_ptr<T>() + k * Bd);
+    }
   });
   return {y, xs, mean, rstd};
 }
@@ -263,48 +273,44 @@ std::vector<Tensor> stack_backward(const Tensor& grad_y, const Tensor& xs,
   Tensor g_ln_b = torch::empty({s.L, s.S, s.d}, opts);
   Tensor g_up = torch::empty({s.L, s.S, s.m, s.d}, opts);
   Tensor g_down = torch::empty({s.L, s.S, s.d, s.m}, opts);
-  AT_DISPATCH_FLOATING_TYPES(gy.scalar_type(), "stack_backward", [&] {
-    using T = scalar_t;
-    actlab::with_act(kind, T(0), [&](auto act) {
-      at::parallel_for(0, s.S, 1, [&](int64_t begin, int64_t end) {
-        const int64_t B = s.B, d = s.d, m = s.m, Bd = B * d, Bm = B * m;
-        const SingleThreadedBlas single;
-        std::vector<T> dy(Bd), xh(Bd), u(Bd), du(Bd), h(Bm), a(Bm), dh(Bm), gw1t(d * m), mg(B),
-            mgx(B);
-        for (int64_t k = begin; k < end; ++k) {
-          transpose(gy.const_data_ptr<T>() + k * Bd, B, d, dy.data());
-          for (int64_t l = s.L - 1; l >= 0; --l) {
-            const int64_t lk = l * s.S + k;
-            const T* w1 = w_up[l].const_data_ptr<T>() + k * m * d;
-            const T* w2 = w_down[l].const_data_ptr<T>() + k * d * m;
-            const T* lw = ln_w[l].const_data_ptr<T>() + k * d;
-            T* mu = const_cast<T*>(mean.const_data_ptr<T>() + lk * B);
-            T* rs = const_cast<T*>(rstd.const_data_ptr<T>() + lk * B);
-            layer_norm_columns<T>(xs.const_data_ptr<T>() + lk * Bd, d, B, lw,
-                                  ln_b[l].const_data_ptr<T>() + k * d, T(0), false, mu, rs,
-                                  xh.data(), u.data());
-            // H = W1 U again
-            gemm<T>(false, false, m, B, d, T(1), w1, d, u.data(), B, T(0), h.data(), B);
-            const T* H = h.data();
-            apply_act(act, H, shift.const_data_ptr<T>()[lk], a.data(), Bm);
-            // dW2 = DY A^T ; DH = W2^T DY * f'(H)
-            gemm<T>(false, true, d, m, B, T(1), dy.data(), B, a.data(), B, T(0),
-                    g_down.mutable_data_ptr<T>() + lk * d * m, m);
-            gemm<T>(true, false, m, B, d, T(1), w2, m, dy.data(), B, T(0), dh.data(), B);
-            scale_by_derivative(act, H, dh.data(), Bm);
-            // dW1 = (U DH^T)^T (the batch stays the contiguous dimension) ; DU = W1^T DH
-            gemm<T>(false, true, d, m, B, T(1), u.data(), B, dh.data(), B, T(0), gw1t.data(), m);
-            transpose(gw1t.data(), d, m, g_up.mutable_data_ptr<T>() + lk * m * d);
-            gemm<T>(true, false, d, B, m, T(1), w1, d, dh.data(), B, T(0), du.data(), B);
-            layer_norm_columns_backward<T>(du.data(), xh.data(), lw, rs, d, B,
-                                           g_ln_w.mutable_data_ptr<T>() + lk * d,
-                                           g_ln_b.mutable_data_ptr<T>() + lk * d, dy.data(),
-                                           mg.data(), mgx.data());
-          }
-          transpose(dy.data(), d, B, gx.mutable_data_ptr<T>() + k * Bd);
-        }
-      });
-    });
+  over_members(gy.scalar_type(), kind, s.S, [&](const auto& act, auto zero, int64_t begin,
+                                                int64_t end) {
+    using T = decltype(zero);
+    const int64_t B = s.B, d = s.d, m = s.m, Bd = B * d, Bm = B * m;
+    std::vector<T> dy(Bd), xh(Bd), u(Bd), du(Bd), h(Bm), a(Bm), dh(Bm), gw1t(d * m), mg(B),
+        mgx(B);
+    for (int64_t k = begin; k < end; ++k) {
+      transpose(gy.const_data_ptr<T>() + k * Bd, B, d, dy.data());
+      for (int64_t l = s.L - 1; l >= 0; --l) {
+        const int64_t lk = l * s.S + k;
+        const T* w1 = w_up[l].const_data_ptr<T>() + k * m * d;
+        const T* w2 = w_down[l].const_data_ptr<T>() + k * d * m;
+        const T* lw = ln_w[l].const_data_ptr<T>() + k * d;
+        T* mu = const_cast<T*>(mean.const_data_ptr<T>() + lk * B);
+        T* rs = const_cast<T*>(rstd.const_data_ptr<T>() + lk * B);
+        layer_norm_columns<T>(xs.const_data_ptr<T>() + lk * Bd, d, B, lw,
+                              ln_b[l].const_data_ptr<T>() + k * d, T(0), false, mu, rs,
+                              xh.data(), u.data());
+        // H = W1 U again
+        gemm<T>(false, false, m, B, d, T(1), w1, d, u.data(), B, T(0), h.data(), B);
+        const T* H = h.data();
+        apply_act(act, H, shift.const_data_ptr<T>()[lk], a.data(), Bm);
+        // dW2 = DY A^T ; DH = W2^T DY * f'(H)
+        gemm<T>(false, true, d, m, B, T(1), dy.data(), B, a.data(), B, T(0),
+                g_down.mutable_data_ptr<T>() + lk * d * m, m);
+        gemm<T>(true, false, m, B, d, T(1), w2, m, dy.data(), B, T(0), dh.data(), B);
+        scale_by_derivative(act, H, dh.data(), Bm);
+        // dW1 = (U DH^T)^T (the batch stays the contiguous dimension) ; DU = W1^T DH
+        gemm<T>(false, true, d, m, B, T(1), u.data(), B, dh.data(), B, T(0), gw1t.data(), m);
+        transpose(gw1t.data(), d, m, g_up.mutable_data_ptr<T>() + lk * m * d);
+        gemm<T>(true, false, d, B, m, T(1), w1, d, dh.data(), B, T(0), du.data(), B);
+        layer_norm_columns_backward<T>(du.data(), xh.data(), lw, rs, d, B,
+                                       g_ln_w.mutable_data_ptr<T>() + lk * d,
+                                       g_ln_b.mutable_data_ptr<T>() + lk * d, dy.data(),
+                                       mg.data(), mgx.data());
+      }
+      transpose(dy.data(), d, B, gx.mutable_data_ptr<T>() + k * Bd);
+    }
   });
   return {gx, g_ln_w, g_ln_b, g_up, g_down};
 }
