@@ -36,7 +36,14 @@ SOURCE = Path(__file__).with_name("csrc") / "shift_kernels.cpp"
 # Kernel numbers shared with the C++ source.
 KINDS = {"relu": 0, "leaky_relu": 1, "gelu": 2, "silu": 3}
 
-_enabled = os.environ.get(ENV_VAR, "") not in ("", "0")
+
+
+def requested_by_environment() -> bool:
+    """Whether ``ACTLAB_NATIVE_KERNELS`` asks for the kernels (set and not ``0``)."""
+    return os.environ.get(ENV_VAR, "") not in ("", "0")
+
+
+_enabled = requested_by_environment()
 _module: ModuleType | None = None
 _extensions: dict[str, ModuleType | None] = {}
 _build_errors: dict[str, str] = {}

@@ -29,6 +29,7 @@ from torch import Tensor, nn
 from torch.autograd.function import once_differentiable
 
 from actlab.activations import native
+from actlab.activations.spec import SpecActivation
 
 SOURCE = Path(__file__).with_name("csrc") / "residual_stack.cpp"
 # Kernel numbers shared with activation_functors.h.
@@ -45,8 +46,7 @@ def extension() -> ModuleType | None:
 
 def activation_kind(act: nn.Module) -> tuple[int, bool] | None:
     """``(kernel number, shifted)`` for a block activation the kernels cover, else ``None``."""
-    from actlab.activations.spec import SpecActivation
-    from actlab.nn.residual_mlp import ShiftedActivation
+    from actlab.nn.residual_mlp import ShiftedActivation  # residual_mlp imports this module
 
     shifted = isinstance(act, ShiftedActivation)
     base = act.base if shifted else act
@@ -71,13 +71,18 @@ def fused_plan(model: nn.Module) -> tuple[int, bool, float] | None:
     return kind, shifted, float(eps)
 
 
+def _by_kind(weights: tuple[Tensor, ...] | list[Tensor], blocks: int) -> list[list[Tensor]]:
+    """The flat weight list as [LayerNorm weights, LayerNorm biases, up, down], per block."""
+    return [list(weights[i * blocks:(i + 1) * blocks]) for i in range(4)]
+
+
 class _StackFunction(torch.autograd.Function):
     """The fused forward; backward through the C++ kernel (first order only)."""
 
     @staticmethod
     def forward(ctx, x: Tensor, shift: Tensor, kind: int, eps: float, ext: ModuleType,
                 blocks: int, *weights: Tensor) -> Tensor:
-        ln_w, ln_b, w_up, w_down = (list(weights[i * blocks:(i + 1) * blocks]) for i in range(4))
+        ln_w, ln_b, w_up, w_down = _by_kind(weights, blocks)
         y, xs, mean, rstd = ext.stack_forward(x, ln_w, ln_b, w_up, w_down, shift, kind, eps)
         ctx.save_for_backward(xs, mean, rstd, shift, *weights)
         ctx.kind, ctx.blocks, ctx.ext = kind, blocks, ext
@@ -87,8 +92,7 @@ class _StackFunction(torch.autograd.Function):
     @once_differentiable
     def backward(ctx, grad_y: Tensor):
         xs, mean, rstd, shift, *weights = ctx.saved_tensors
-        n = ctx.blocks
-        ln_w, ln_b, w_up, w_down = (weights[i * n:(i + 1) * n] for i in range(4))
+        ln_w, ln_b, w_up, w_down = _by_kind(weights, ctx.blocks)
         gx, *stacked = ctx.ext.stack_backward(grad_y, xs, mean, rstd, ln_w, ln_b, w_up, w_down,
                                               shift, ctx.kind)
         grads = [g for block_grads in stacked for g in block_grads.unbind(0)]

@@ -52,6 +52,8 @@ def environment(device: str, command: list[str] | None = None) -> dict[str, Any]
     """The content of ``env.json``."""
     import torch
 
+    from actlab.activations import native
+
     info: dict[str, Any] = {
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "command": command if command is not None else list(sys.argv),
@@ -65,7 +67,7 @@ def environment(device: str, command: list[str] | None = None) -> dict[str, Any]
         "packages": package_versions(),
         "git": git_commit(),
         # Opt-in C++ kernels change results only by rounding, but a reader should know.
-        "native_kernels": os.environ.get("ACTLAB_NATIVE_KERNELS", "") not in ("", "0"),
+        "native_kernels": native.requested_by_environment(),
     }
     if device.startswith("cuda") and torch.cuda.is_available():
         info["cuda_device"] = torch.cuda.get_device_name(torch.device(device))

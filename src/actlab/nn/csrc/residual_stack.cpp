@@ -83,30 +83,32 @@ void scale_by_derivative(const A& act, const T* h, T* g, int64_t n) {
   for (; i < n; ++i) g[i] *= act.df_tail(h[i]);
 }
 
-// LayerNorm over the columns of X (d, B), i.e. over the features of each example. Writes
-// (or, with stats false, reads) the column statistics mean/rstd (B) and the normalised
-// XH = (X - mean) * rstd and U = XH * w + b, all (d, B).
+// LayerNorm statistics of the columns of X (d, B), i.e. over the features of each example:
+// mean and rstd (B), two passes with the biased variance, as nn.LayerNorm.
 template <typename T>
-void layer_norm_columns(const T* X, int64_t d, int64_t B, const T* w, const T* b, T eps,
-                        bool stats, T* mean, T* rstd, T* XH, T* U) {
-  if (stats) {
-    std::fill_n(mean, B, T(0));
-    std::fill_n(rstd, B, T(0));
-    for (int64_t j = 0; j < d; ++j) {
-      const T* xj = X + j * B;
+void column_stats(const T* X, int64_t d, int64_t B, T eps, T* mean, T* rstd) {
+  std::fill_n(mean, B, T(0));
+  std::fill_n(rstd, B, T(0));
+  for (int64_t j = 0; j < d; ++j) {
+    const T* xj = X + j * B;
 #pragma omp simd
-      for (int64_t r = 0; r < B; ++r) mean[r] += xj[r];
-    }
-#pragma omp simd
-    for (int64_t r = 0; r < B; ++r) mean[r] /= T(d);
-    for (int64_t j = 0; j < d; ++j) {  // two passes: the variance of centred values
-      const T* xj = X + j * B;
-#pragma omp simd
-      for (int64_t r = 0; r < B; ++r) rstd[r] += (xj[r] - mean[r]) * (xj[r] - mean[r]);
-    }
-#pragma omp simd
-    for (int64_t r = 0; r < B; ++r) rstd[r] = T(1) / std::sqrt(rstd[r] / T(d) + eps);
+    for (int64_t r = 0; r < B; ++r) mean[r] += xj[r];
   }
+#pragma omp simd
+  for (int64_t r = 0; r < B; ++r) mean[r] /= T(d);
+  for (int64_t j = 0; j < d; ++j) {  // second pass: the variance of centred values
+    const T* xj = X + j * B;
+#pragma omp simd
+    for (int64_t r = 0; r < B; ++r) rstd[r] += (xj[r] - mean[r]) * (xj[r] - mean[r]);
+  }
+#pragma omp simd
+  for (int64_t r = 0; r < B; ++r) rstd[r] = T(1) / std::sqrt(rstd[r] / T(d) + eps);
+}
+
+// XH = (X - mean) * rstd and U = XH * w + b, all (d, B), from given column statistics.
+template <typename T>
+void normalise_columns(const T* X, int64_t d, int64_t B, const T* w, const T* b,
+                       const T* mean, const T* rstd, T* XH, T* U) {
   for (int64_t j = 0; j < d; ++j) {
     const T* xj = X + j * B;
     T* xhj = XH + j * B;
@@ -236,10 +238,11 @@ std::vector<Tensor> stack_forward(const Tensor& x, const std::vector<Tensor>& ln
         const int64_t lk = l * s.S + k;
         const T* X = xs.const_data_ptr<T>() + lk * Bd;
         T* H = h.data();
-        layer_norm_columns<T>(X, d, B, ln_w[l].const_data_ptr<T>() + k * d,
-                              ln_b[l].const_data_ptr<T>() + k * d, T(eps), true,
-                              mean.mutable_data_ptr<T>() + lk * B,
-                              rstd.mutable_data_ptr<T>() + lk * B, xh.data(), u.data());
+        T* mu = mean.mutable_data_ptr<T>() + lk * B;
+        T* rs = rstd.mutable_data_ptr<T>() + lk * B;
+        column_stats<T>(X, d, B, T(eps), mu, rs);
+        normalise_columns<T>(X, d, B, ln_w[l].const_data_ptr<T>() + k * d,
+                             ln_b[l].const_data_ptr<T>() + k * d, mu, rs, xh.data(), u.data());
         // H = W1 U
         gemm<T>(false, false, m, B, d, T(1), w_up[l].const_data_ptr<T>() + k * m * d, d,
                 u.data(), B, T(0), H, B);
@@ -286,11 +289,10 @@ std::vector<Tensor> stack_backward(const Tensor& grad_y, const Tensor& xs,
         const T* w1 = w_up[l].const_data_ptr<T>() + k * m * d;
         const T* w2 = w_down[l].const_data_ptr<T>() + k * d * m;
         const T* lw = ln_w[l].const_data_ptr<T>() + k * d;
-        T* mu = const_cast<T*>(mean.const_data_ptr<T>() + lk * B);
-        T* rs = const_cast<T*>(rstd.const_data_ptr<T>() + lk * B);
-        layer_norm_columns<T>(xs.const_data_ptr<T>() + lk * Bd, d, B, lw,
-                              ln_b[l].const_data_ptr<T>() + k * d, T(0), false, mu, rs,
-                              xh.data(), u.data());
+        const T* rs = rstd.const_data_ptr<T>() + lk * B;
+        normalise_columns<T>(xs.const_data_ptr<T>() + lk * Bd, d, B, lw,
+                             ln_b[l].const_data_ptr<T>() + k * d,
+                             mean.const_data_ptr<T>() + lk * B, rs, xh.data(), u.data());
         // H = W1 U again
         gemm<T>(false, false, m, B, d, T(1), w1, d, u.data(), B, T(0), h.data(), B);
         const T* H = h.data();
