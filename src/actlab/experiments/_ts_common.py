@@ -440,7 +440,7 @@ def teacher_student_figures(config: Any, table: Any, data: dict[str, Any],
     n = len(activations)
     last = f"block{config.L - 1}"
 
-    fig, axes = plt.subplots(2, n, figsize=(4 * n, 6.5), squeeze=False)
+    fig, axes = plt.subplots(2, n, figsize=(4 * n, 6.5), squeeze=False, layout="constrained")
     for j, act in enumerate(activations):
         plot_pair_curves(axes[0, j], table, act)
         axes[0, j].set_title(act)
