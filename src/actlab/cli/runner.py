@@ -14,6 +14,7 @@ from pathlib import Path
 import click
 
 from actlab.cli import main
+from actlab.errors import ConfigError
 from actlab.runner.config import parse_assignments
 from actlab.runner.driver import RunOptions, RunOutcome, run_experiment
 from actlab.runner.plan import parse_grid
@@ -50,11 +51,15 @@ def _finish(outcomes: list[RunOutcome]) -> None:
         sys.exit(1)
 
 
-def _use_native(native: bool) -> None:
+def _use_native(native: bool, device: str) -> None:
     """``--native``: build the opt-in C++ kernels now and turn them on for this process and
-    the worker processes it starts (through the environment)."""
+    the worker processes it starts (through the environment). They are CPU kernels, so
+    asking for them together with a CUDA device is refused before any work."""
     if not native:
         return
+    if device != "cpu":
+        raise ConfigError("--native", f"the native kernels run on the CPU only; drop --native "
+                                      f"or use --device cpu (got --device {device})")
     from actlab.activations import native as kernels
 
     os.environ[kernels.ENV_VAR] = "1"
@@ -112,7 +117,7 @@ def run_command(experiment, list_only, quick, full, seeds, sets, out, name, resu
         return
     if not experiment:
         raise click.UsageError("missing EXPERIMENT (or use --list)")
-    _use_native(native)
+    _use_native(native, device)
     options = RunOptions(out=Path(out), name=name, resume=resume, workers=workers, device=device,
                          tensorboard=tensorboard, mlflow=mlflow, command=list(sys.argv))
     outcome = run_experiment(experiment, _scale(quick, full), parse_assignments(sets), None, seeds, options)
@@ -130,7 +135,7 @@ def sweep_command(experiment, grid, backend, address, quick, full, seeds, sets, 
                   workers, device, native, tensorboard, mlflow):
     """Run EXPERIMENT over every combination of --grid values, as one resumable run directory."""
     load_plugins()
-    _use_native(native)
+    _use_native(native, device)
     options = RunOptions(out=Path(out), name=name, resume=resume, backend=backend, workers=workers,
                          address=address, device=device, tensorboard=tensorboard, mlflow=mlflow,
                          command=list(sys.argv))
@@ -162,7 +167,7 @@ def reproduce_command(quick, full, only, out, resume, workers, device, native):
     from actlab.runner.reproduce import reproduce
 
     load_plugins()
-    _use_native(native)
+    _use_native(native, device)
     names = [n.strip() for n in only.split(",") if n.strip()] if only else None
     options = RunOptions(out=Path(out), resume=resume, workers=workers, device=device,
                          command=list(sys.argv))

@@ -16,6 +16,7 @@ import time
 import traceback
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from dataclasses import replace
 from typing import Any
 
 from actlab.errors import ConfigError
@@ -88,6 +89,17 @@ def run_local(
                 on_done(_result_or_failure(future.result, futures[future]))
 
 
+def ray_resources(device: str) -> dict[str, float]:
+    """What one Ray task asks for: a CPU, and a whole GPU when the unit runs on CUDA.
+
+    Ray then places at most one unit per GPU and sets ``CUDA_VISIBLE_DEVICES`` for it, so
+    ``cuda`` inside the task is the GPU Ray gave it.
+    """
+    if device.startswith("cuda"):
+        return {"num_cpus": 1, "num_gpus": 1}
+    return {"num_cpus": 1}
+
+
 def run_ray(
     tasks: Sequence[UnitTask], on_done: OnDone, address: str | None = None, workers: int | None = None
 ) -> None:
@@ -112,7 +124,9 @@ def run_ray(
         ray.init(**kwargs)
         started_here = True
     try:
-        remote = ray.remote(num_cpus=1, max_retries=0)(execute_unit)
+        remote = ray.remote(max_retries=0, **ray_resources(tasks[0].device))(execute_unit)
+        # Ray hides every GPU but the one it assigned, which is then "cuda" (index 0).
+        tasks = [replace(t, device="cuda") if t.device.startswith("cuda") else t for t in tasks]
         refs = {remote.remote(task): task for task in tasks}
         pending = list(refs)
         while pending:

@@ -32,6 +32,7 @@ from actlab.runner.experiment import (
 from actlab.runner.plan import Plan, PlannedUnit, default_run_name, make_plan, point_label, slug
 from actlab.runner.rundir import RunDir, sort_rows, table_frame
 from actlab.runner.sinks import MlflowSink, Sink, TensorBoardSink, flatten
+from actlab.train.precision import use_strict_float32
 
 
 @dataclass
@@ -254,6 +255,7 @@ def run_experiment(
             )
     run_dir.prepare(options.resume)
     run_dir.write_json("config.json", config_record)
+    use_strict_float32()  # as every unit does; env.json then records the flags units run under
     run_dir.write_json("env.json", environment(options.device, options.command))
 
     todo = [u for u in plan.units if not (options.resume and run_dir.finished_unit(u.id))]

@@ -53,6 +53,7 @@ def environment(device: str, command: list[str] | None = None) -> dict[str, Any]
     import torch
 
     from actlab.activations import native
+    from actlab.train.precision import precision_flags
 
     info: dict[str, Any] = {
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -69,6 +70,7 @@ def environment(device: str, command: list[str] | None = None) -> dict[str, Any]
         # Opt-in C++ kernels change results only by rounding, but a reader should know.
         "native_kernels": native.requested_by_environment(),
     }
+    info["precision"] = precision_flags()
     if device.startswith("cuda") and torch.cuda.is_available():
         info["cuda_device"] = torch.cuda.get_device_name(torch.device(device))
         info["cuda_version"] = torch.version.cuda
