@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint venv clean
+.PHONY: demo test lint venv clean gpu-check
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -21,6 +21,10 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest -q
+
+# On a GPU machine: the CUDA tests with the machine's own python3 (no venv, no install).
+gpu-check:
+	PYTHONPATH=src MPLBACKEND=Agg $(PYTHON) tools/gpu_check.py
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks

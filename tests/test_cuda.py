@@ -1,0 +1,152 @@
+"""CUDA against CPU: activations, probe metrics, curvature, a GPT bf16 step, DDP with nccl.
+
+Every test here is marked ``cuda`` and skips itself without a GPU; ``make gpu-check`` runs
+them on a GPU machine (``pytest -m cuda``). The CPU run of the same code is the reference:
+float64 results must agree to rounding, bf16 ones to bf16 tolerance.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import socket
+
+import pytest
+import torch
+from torch import nn
+
+import actlab
+from actlab.curvature import HessianOperator, top_eigenvalues
+from actlab.nn.gpt import GPT, GPTConfig
+
+pytestmark = [
+    pytest.mark.cuda,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
+]
+
+CUDA = torch.device("cuda")
+
+SPECS = [
+    "relu", "gelu", "gelu:tanh", "silu", "tanh", "sigmoid", "elu", "leaky_relu", "softplus",
+    "mish", "relu2", "relu2:clip=50", "relu:shift=theory", "silu:shift=0.077",
+    "gelu:adaptive", "gelu:topk=0.1", "silu:beta=1.5",
+]
+
+
+@pytest.mark.parametrize("spec", SPECS)
+def test_activation_values_and_gradients_equal_cpu_in_float64(spec):
+    g = torch.Generator().manual_seed(0)
+    x_cpu = torch.randn(64, 48, generator=g, dtype=torch.float64)
+    upstream = torch.randn(64, 48, generator=g, dtype=torch.float64)
+    act_cpu = actlab.activation(spec).double()
+    act_gpu = copy.deepcopy(act_cpu).to(CUDA)  # buffers (shifts) follow .to()
+
+    outs, grads = [], []
+    for act, device in ((act_cpu, "cpu"), (act_gpu, "cuda")):
+        x = x_cpu.to(device).requires_grad_(True)
+        y = act(x)
+        (y * upstream.to(device)).sum().backward()
+        outs.append(y.detach().cpu())
+        grads.append(x.grad.cpu())
+    torch.testing.assert_close(outs[1], outs[0], rtol=1e-12, atol=1e-13)
+    torch.testing.assert_close(grads[1], grads[0], rtol=1e-12, atol=1e-13)
+
+
+def _mlp(seed: int) -> nn.Module:
+    torch.manual_seed(seed)
+    return nn.Sequential(nn.Linear(12, 32), actlab.activation("gelu"), nn.Linear(32, 32),
+                         actlab.activation("relu"), nn.Linear(32, 3)).double()
+
+
+def test_probe_metrics_equal_cpu():
+    g = torch.Generator().manual_seed(1)
+    batches = [(torch.randn(40, 12, generator=g, dtype=torch.float64),
+                torch.randn(40, 3, generator=g, dtype=torch.float64)) for _ in range(3)]
+    tables = []
+    for device in ("cpu", "cuda"):
+        model = _mlp(0).to(device)
+        opt = torch.optim.SGD(model.parameters(), lr=0.05)
+        probe = actlab.Probe(model, every=1)
+        for x, y in batches:
+            loss = nn.functional.mse_loss(model(x.to(device)), y.to(device))
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            probe.step()
+        tables.append(probe.table().sort_values(["step", "layer", "metric"]).reset_index(drop=True))
+        probe.close()
+    cpu, gpu = tables
+    assert len(cpu) > 0 and list(cpu["metric"]) == list(gpu["metric"])
+    torch.testing.assert_close(torch.tensor(gpu["value"].to_numpy()),
+                               torch.tensor(cpu["value"].to_numpy()), rtol=1e-9, atol=1e-12)
+
+
+def test_hessian_lambda_max_equals_cpu():
+    g = torch.Generator().manual_seed(2)
+    batches = [(torch.randn(30, 12, generator=g, dtype=torch.float64),
+                torch.randn(30, 3, generator=g, dtype=torch.float64))]
+    values = []
+    for device in ("cpu", "cuda"):
+        model = _mlp(3).to(device)
+        moved = [(x.to(device), y.to(device)) for x, y in batches]
+        op = HessianOperator(model, "mse", moved)
+        lam, _, _ = top_eigenvalues(op, k=2, tol=1e-10, generator=torch.Generator(device).manual_seed(0))
+        values.append(lam.cpu())
+    torch.testing.assert_close(values[1], values[0], rtol=1e-9, atol=1e-12)
+
+
+def test_gpt_bf16_training_step_matches_float32_to_bf16_tolerance():
+    config = GPTConfig(vocab_size=64, block_size=32, n_layer=2, n_head=2, n_embd=64)
+    g = torch.Generator().manual_seed(4)
+    idx = torch.randint(0, 64, (8, 32), generator=g).to(CUDA)
+    targets = torch.randint(0, 64, (8, 32), generator=g).to(CUDA)
+    losses = {}
+    for dtype in ("float32", "bfloat16"):
+        model = GPT(config, seed=0).to(CUDA)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=True)
+        history = []
+        for _ in range(3):
+            with torch.autocast("cuda", dtype=torch.bfloat16, enabled=dtype == "bfloat16"):
+                _, loss = model(idx, targets)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            history.append(loss.item())
+        losses[dtype] = torch.tensor(history)
+    assert torch.isfinite(losses["bfloat16"]).all()
+    torch.testing.assert_close(losses["bfloat16"], losses["float32"], rtol=2e-2, atol=2e-2)
+    assert losses["bfloat16"][-1] < losses["bfloat16"][0]  # it trains
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_ddp_with_nccl_at_world_size_one_equals_plain_training():
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    g = torch.Generator().manual_seed(5)
+    x = torch.randn(32, 12, generator=g).to(CUDA)
+    y = torch.randn(32, 3, generator=g).to(CUDA)
+    plain = _mlp(6).float().to(CUDA)
+    wrapped_base = copy.deepcopy(plain)
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{_free_port()}",
+                            rank=0, world_size=1)
+    try:
+        assert dist.get_backend() == "nccl"
+        ddp = DistributedDataParallel(wrapped_base, device_ids=[0])
+        for model in (plain, ddp):
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            for _ in range(3):
+                loss = nn.functional.mse_loss(model(x), y)
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+        for a, b in zip(plain.parameters(), wrapped_base.parameters()):
+            torch.testing.assert_close(b, a, rtol=1e-6, atol=1e-7)
+    finally:
+        dist.destroy_process_group()
