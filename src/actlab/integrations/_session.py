@@ -116,7 +116,7 @@ def measure_curvature(model: nn.Module, spec: Curvature,
     param = next(model.parameters())
     batch = _to_device(spec.batch, param.device)
     op = HessianOperator(_LossModule(model, spec.loss or hf_loss), lambda out, _: out,
-                         [(batch, torch.zeros(1))])
+                         [((batch,), torch.zeros(1))])  # (batch,): one argument, even a tuple
     values, _, _ = top_eigenvalues(op, spec.top_k, generator=generator)
     out = {"lambda_max": float(values[0])}
     out.update({f"lambda_{i + 1}": float(v) for i, v in enumerate(values[1:], start=1)})
