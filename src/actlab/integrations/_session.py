@@ -16,6 +16,7 @@ from typing import Any
 import pandas as pd
 import torch
 from torch import nn
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from actlab.errors import ConfigError
 from actlab.probe.probe import Probe
@@ -117,11 +118,14 @@ def measure_curvature(model: nn.Module, spec: Curvature,
     batch = _to_device(spec.batch, param.device)
     op = HessianOperator(_LossModule(model, spec.loss or hf_loss), lambda out, _: out,
                          [((batch,), torch.zeros(1))])  # (batch,): one argument, even a tuple
-    values, _, _ = top_eigenvalues(op, spec.top_k, generator=generator)
-    out = {"lambda_max": float(values[0])}
-    out.update({f"lambda_{i + 1}": float(v) for i, v in enumerate(values[1:], start=1)})
-    if spec.trace_samples:
-        out["hessian_trace"] = hutchinson_trace(op, spec.trace_samples, generator=generator).mean
+    # fused attention kernels have no second derivative; the math kernel has
+    with sdpa_kernel(SDPBackend.MATH):
+        values, _, _ = top_eigenvalues(op, spec.top_k, generator=generator)
+        out = {"lambda_max": float(values[0])}
+        out.update({f"lambda_{i + 1}": float(v) for i, v in enumerate(values[1:], start=1)})
+        if spec.trace_samples:
+            out["hessian_trace"] = hutchinson_trace(op, spec.trace_samples,
+                                                    generator=generator).mean
     return out
 
 
