@@ -252,7 +252,8 @@ def headline_figure(out_dir: Path, entry: dict[str, Any]) -> str | None:
     if not entry.get("report"):
         return None
     figures = (out_dir / entry["report"]).parent / "figures"
-    name = entry.get("headline_figure", _declared_headline(entry["experiment"]))
+    name = (entry["headline_figure"] if "headline_figure" in entry
+            else _declared_headline(entry["experiment"]))
     chosen = figures / f"{name}.png" if name else None
     if chosen is None or not chosen.is_file():
         found = sorted(figures.rglob("*.png")) if figures.is_dir() else []
