@@ -7,12 +7,19 @@ default metrics recording every 10 steps, and every step. The conditions are tim
 interleaved rounds of 10 steps (so each "every 10" round holds exactly one recorded step),
 and the figure is the median round time of a condition over the median without the probe.
 
-Goals (issue 3): <= 1.05x recording every 10 steps, <= 1.25x recording every step.
+A third measurement runs a ``transformers.Trainer`` on the small GPT with
+``actlab.integrations.transformers.ProbeCallback`` (every 10 steps / every step) against the
+same Trainer run without it: whole ``trainer.train()`` calls of the same steps on the same
+batches, interleaved over rounds, median over median (skipped if transformers/accelerate are
+missing).
+
+Goals (issues 3 and 21): <= 1.05x recording every 10 steps, <= 1.25x recording every step.
 On CPU the clock is the process's CPU time (robust to other processes sharing the cores;
 run with ``--threads 1`` so CPU time equals busy time), on GPU wall time after a
 synchronise. Timings on a shared machine are still noisy; the interleaving keeps them fair.
 
     python benchmarks/probe_overhead.py [--rounds 15] [--threads 1] [--device cpu] [--quick]
+                                        [--only resmlp,gpt,trainer]
 
 The last line printed is a JSON object of the ratios.
 """
@@ -193,18 +200,96 @@ def measure(name: str, device: torch.device, rounds: int, quick: bool) -> dict[s
     return out
 
 
+class LMForTrainer(nn.Module):
+    """The GPT with the ``forward(input_ids, labels) -> {"loss": ...}`` a Trainer expects."""
+
+    def __init__(self, gpt: GPT) -> None:
+        super().__init__()
+        self.gpt = gpt
+
+    def forward(self, input_ids: torch.Tensor, labels: torch.Tensor) -> dict[str, torch.Tensor]:
+        logits = self.gpt(input_ids)
+        return {"loss": F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1))}
+
+
+class _Sequences(torch.utils.data.Dataset):
+    def __init__(self, seqs: torch.Tensor) -> None:
+        self.seqs = seqs
+
+    def __len__(self) -> int:
+        return len(self.seqs)
+
+    def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
+        return {"input_ids": self.seqs[i, :-1], "labels": self.seqs[i, 1:]}
+
+
+def measure_trainer(device: torch.device, rounds: int, quick: bool) -> dict[str, float] | None:
+    """Median ``trainer.train()`` time with ProbeCallback over the same run without it."""
+    try:
+        from transformers import Trainer, TrainingArguments
+
+        from actlab.integrations.transformers import ProbeCallback
+    except ImportError as err:
+        print(f"trainer: skipped ({err})")
+        return None
+    import contextlib
+    import io
+    import tempfile
+
+    torch.manual_seed(0)
+    base = LMForTrainer(GPT(layers=2 if quick else 4))
+    steps, batch = (20, 8) if quick else (40, 16)
+    gen = torch.Generator().manual_seed(1)
+    data = _Sequences(torch.randint(0, 512, (steps * batch, 65), generator=gen))
+    clock = time.process_time if device.type == "cpu" else time.perf_counter
+    tmp = tempfile.mkdtemp(prefix="probe_overhead_")
+
+    def run(every: int | None) -> float:
+        args = TrainingArguments(output_dir=tmp, per_device_train_batch_size=batch,
+                                 max_steps=steps, learning_rate=1e-3, logging_steps=steps,
+                                 save_strategy="no", report_to=[], seed=0, disable_tqdm=True,
+                                 use_cpu=device.type == "cpu", dataloader_num_workers=0)
+        callbacks = None if every is None else [ProbeCallback(every=every)]
+        trainer = Trainer(model=copy.deepcopy(base).to(device), args=args, train_dataset=data,
+                          callbacks=callbacks)
+        with contextlib.redirect_stdout(io.StringIO()):  # the Trainer prints each log
+            sync(device)
+            start = clock()
+            trainer.train()
+            sync(device)
+        return clock() - start
+
+    conditions = {"plain": None, "every10": 10, "every1": 1}
+    run(None)  # warm-up
+    times: dict[str, list[float]] = {cond: [] for cond in conditions}
+    for r in range(rounds):
+        order = list(conditions) if r % 2 == 0 else list(reversed(conditions))
+        for cond in order:
+            times[cond].append(run(conditions[cond]))
+    plain = statistics.median(times["plain"])
+    return {"plain_run_s": plain, "steps": steps,
+            "every10_over_plain": statistics.median(times["every10"]) / plain,
+            "every1_over_plain": statistics.median(times["every1"]) / plain}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--quick", action="store_true", help="smaller models, 5 rounds")
+    parser.add_argument("--only", default="resmlp,gpt,trainer",
+                        help="comma list of measurements: resmlp, gpt, trainer")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)
     rounds = 5 if args.quick else args.rounds
+    only = [o.strip() for o in args.only.split(",") if o.strip()]
+    unknown = sorted(set(only) - {"resmlp", "gpt", "trainer"})
+    if unknown:
+        parser.error(f"--only: unknown {', '.join(unknown)}; choose from resmlp, gpt, trainer")
     figures: dict[str, float] = {}
-    for name in ("resmlp", "gpt"):
+    for name in (n for n in ("resmlp", "gpt") if n in only):
         res = measure(name, device, rounds, args.quick)
         print(f"{name:7s} plain step {res['plain_step_ms']:7.2f} ms | probe every 10 steps: "
               f"{res['every10_over_plain']:.3f}x (goal <= 1.05) | every step: "
@@ -212,6 +297,13 @@ def main() -> None:
               f"rows took {res['table_read_s_every1']:.2f} s")
         figures[f"{name}_every10_over_plain"] = round(res["every10_over_plain"], 4)
         figures[f"{name}_every1_over_plain"] = round(res["every1_over_plain"], 4)
+    res = measure_trainer(device, rounds, args.quick) if "trainer" in only else None
+    if res is not None:
+        print(f"trainer plain run {res['plain_run_s']:6.2f} s ({res['steps']} steps) | "
+              f"ProbeCallback every 10 steps: {res['every10_over_plain']:.3f}x (goal <= 1.05) | "
+              f"every step: {res['every1_over_plain']:.3f}x (goal <= 1.25)")
+        figures["trainer_every10_over_plain"] = round(res["every10_over_plain"], 4)
+        figures["trainer_every1_over_plain"] = round(res["every1_over_plain"], 4)
     assert all(math.isfinite(v) for v in figures.values())
     print(json.dumps(figures))
 

@@ -70,6 +70,59 @@ def test_cifar10_missing_files_clear_error(tmp_path):
         load_cifar10(folder)
 
 
+class _Payload:
+    """Unpickling this calls os.mkdir(target): the side effect a crafted file would have."""
+
+    def __init__(self, target):
+        self.target = str(target)
+
+    def __reduce__(self):
+        import os
+
+        return (os.mkdir, (self.target,))
+
+
+def test_cifar10_crafted_pickle_is_refused_without_running_it(tmp_path):
+    folder = tmp_path / "crafted"
+    _write_fake_cifar(folder, 2, np.random.default_rng(2))
+    marker = tmp_path / "payload_ran"
+    with open(folder / "data_batch_3", "wb") as fh:
+        pickle.dump({b"data": _Payload(marker), b"labels": [0, 1]}, fh)
+    # the plain pickle module would run it: the payload is real
+    with open(folder / "data_batch_3", "rb") as fh:
+        pickle.load(fh)
+    assert marker.is_dir()
+    marker.rmdir()
+    with pytest.raises(ValueError) as info:
+        load_cifar10(folder)
+    message = str(info.value)
+    assert "\n" not in message and "data_batch_3" in message and "mkdir" in message
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("protocol", [2, 4, 5])
+def test_cifar10_allow_list_reads_every_pickle_protocol(tmp_path, protocol):
+    folder = tmp_path / "p"
+    folder.mkdir()
+    rng = np.random.default_rng(protocol)
+    expected = {}
+    for name in [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]:
+        data = rng.integers(0, 256, size=(3, 3072), dtype=np.uint8)
+        labels = rng.integers(0, 10, size=3).tolist()
+        with open(folder / name, "wb") as fh:
+            pickle.dump({b"data": data, b"labels": labels, b"batch_label": name.encode(),
+                         b"filenames": [b"a.png", b"b.png", b"c.png"]}, fh, protocol=protocol)
+        expected[name] = data
+    if protocol == 2:  # as numpy 1 wrote it: the array constructor under numpy.core
+        path = folder / "test_batch"
+        blob = path.read_bytes().replace(b"numpy._core.multiarray", b"numpy.core.multiarray")
+        assert b"cnumpy.core.multiarray\n_reconstruct" in blob
+        path.write_bytes(blob)
+    raw = load_cifar10(folder, normalize=False, dtype=torch.float64)
+    np.testing.assert_array_equal((raw.x_test.numpy() * 255).round().astype(np.uint8),
+                                  expected["test_batch"].reshape(-1, 3, 32, 32))
+
+
 def test_random_pairs_are_seeded_standard_normal_and_independent():
     x, y = random_pairs(4000, 16, 8, seed=3)
     assert x.shape == (4000, 16) and y.shape == (4000, 8)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -136,3 +137,111 @@ def test_report_renders_headless_with_every_image_loaded(faulty_run):
         capture_output=True, text=True, timeout=60, check=False,
     )
     assert "Claims" in rendered.stdout
+
+
+def _sections(page: Path) -> list[str]:
+    """The page's h2 headings in order."""
+    return re.findall(r"<h2[^>]*>([^<]+)</h2>", page.read_text(encoding="utf-8"))
+
+
+def test_run_report_shows_figures_then_claims_and_folds_the_summary(faulty_run):
+    page = faulty_run / "report.html"
+    heads = _sections(page)
+    assert heads.index("Figures") < heads.index("Claims") < heads.index("Summary")
+    text = page.read_text(encoding="utf-8")
+    summary_at = text.index(">Summary</h2>")
+    assert text.rfind("<details>", 0, summary_at) > text.index(">Claims</h2>")
+    assert text.index("<details>", summary_at - 80) < summary_at  # the heading opens a details
+
+
+@pytest.fixture(scope="module")
+def reproduced(tmp_path_factory):
+    out = tmp_path_factory.mktemp("index")
+    result = toy.invoke("reproduce", "--quick", "--only", "toy,toy-broken-summary", "--out", out)
+    assert result.exit_code == 1  # toy-broken-summary fails on purpose
+    return out
+
+
+def test_index_opens_with_an_overview_of_counts_and_headline_thumbnails(reproduced):
+    index = reproduced / "index.html"
+    parser = parse(index)
+    assert_references_exist(index, parser)
+    assert _sections(index)[:2] == ["Overview", "Claims"]
+    text = index.read_text(encoding="utf-8")
+    overview = text[text.index(">Overview</h2>"):text.index(">Claims</h2>")]
+    # thumbnails sit in the overview, before any claim row
+    assert 'src="toy/quick/figures/loss.png"' in overview
+    claims = json.loads((reproduced / "toy" / "quick" / "claims.json").read_text())
+    held = [c["held"] for c in claims]
+    row = overview[overview.index(">toy</a>"):]
+    row = row[:row.index("</tr>")]
+    counts = [int(n) for n in re.findall(r'class="(?:good|bad|undecided)">(\d+)<',
+                                                       row)]
+    assert counts == [held.count(True), held.count(False), held.count(None)]
+
+
+def test_index_uses_the_declared_headline_figure_and_falls_back_to_the_first(tmp_path):
+    from actlab.runner.report import write_index
+
+    for name, figures in (("a", ["zeta.png", "alpha.png"]), ("b", ["one.png"])):
+        folder = tmp_path / name / "quick" / "figures"
+        folder.mkdir(parents=True)
+        for fig in figures:
+            (folder / fig).write_bytes(b"\x89PNG")
+        (folder.parent / "report.html").write_text("<html></html>")
+    entries = [
+        {"experiment": "a", "report": "a/quick/report.html", "status": "ok", "claims": [],
+         "headline_figure": "zeta"},
+        {"experiment": "b", "report": "b/quick/report.html", "status": "ok", "claims": [],
+         "headline_figure": "missing"},
+    ]
+    images = parse(write_index(tmp_path, entries, "quick")).images
+    assert images == ["a/quick/figures/zeta.png", "b/quick/figures/one.png"]
+
+
+def test_every_declared_headline_figure_is_one_the_experiment_saves():
+    from actlab.runner.experiment import list_experiments
+
+    source = "".join(p.read_text() for p in
+                     (Path(__file__).resolve().parents[1] / "src/actlab/experiments").glob("*.py"))
+    saved = re.findall(r'save_figure\(fig, f?"([^"]+)"\)', source)
+    patterns = [re.compile(re.sub(r"\\\{[^}]*\\\}", ".+", re.escape(s)) + "$") for s in saved]
+    declared = {n: c.headline_figure for n, c in list_experiments().items()
+                if c.__module__.startswith("actlab.experiments")}
+    assert sum(v is not None for v in declared.values()) >= 15
+    for name, figure in declared.items():
+        if figure is not None:
+            assert any(p.match(figure) for p in patterns), (name, figure)
+
+
+@pytest.mark.skipif(_chromium() is None, reason="Chromium is not installed")
+def test_index_renders_headless_with_thumbnails_loaded_and_a_screenshot(reproduced):
+    index = reproduced / "index.html"
+    images = parse(index).images
+    assert images
+    probe = reproduced / "render_check.html"
+    tags = "".join(f'<img src="{src}">' for src in images)
+    probe.write_text(
+        "<!DOCTYPE html><html><body>" + tags + "<script>window.addEventListener('load', () => {"
+        "const ok = [...document.images].every(i => i.complete && i.naturalWidth > 0);"
+        "document.body.setAttribute('data-images', ok ? 'all-loaded' : 'broken');});</script>"
+        "</body></html>"
+    )
+    done = subprocess.run(
+        [_chromium(), "--headless", "--disable-gpu", "--no-sandbox", "--allow-file-access-from-files",
+         "--virtual-time-budget=5000", "--dump-dom", probe.as_uri()],
+        capture_output=True, text=True, timeout=60, check=False,
+    )
+    assert 'data-images="all-loaded"' in done.stdout, done.stderr[-2000:]
+    shot = reproduced / "index.png"
+    subprocess.run(
+        [_chromium(), "--headless", "--disable-gpu", "--no-sandbox", "--hide-scrollbars",
+         "--window-size=1280,900", f"--screenshot={shot}", index.as_uri()],
+        capture_output=True, text=True, timeout=60, check=False,
+    )
+    from PIL import Image
+
+    with Image.open(shot) as image:
+        assert image.size == (1280, 900)
+        # the first screen is not blank: the overview's thumbnails and text draw on it
+        assert len(set(image.convert("L").getdata())) > 20

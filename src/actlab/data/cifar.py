@@ -7,8 +7,10 @@ Point ``root`` at the folder holding ``data_batch_1`` .. ``data_batch_5`` and
 
 from __future__ import annotations
 
+import io
 import pickle
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -33,9 +35,57 @@ def find_cifar10(root: str | Path) -> Path:
         f"missing {', '.join(missing)}")
 
 
-def _read_batch(path: Path) -> tuple[np.ndarray, np.ndarray]:
+# Every global a CIFAR-10 batch file may name: numpy's array and dtype constructors (numpy 1
+# pickles say numpy.core, numpy 2 pickles numpy._core; protocol 5 uses _frombuffer) and the
+# bytes constructor of protocol-2 pickles written by Python 3. dict, list, bytes and str need
+# no global. Anything else (os.system, builtins.eval, ...) is refused before it is called.
+_ALLOWED = {
+    ("numpy", "ndarray"),
+    ("numpy", "dtype"),
+    ("_codecs", "encode"),
+    *((f"{core}.multiarray", "_reconstruct") for core in ("numpy.core", "numpy._core")),
+    *((f"{core}.numeric", "_frombuffer") for core in ("numpy.core", "numpy._core")),
+}
+
+
+class UnsafePickleError(ValueError):
+    """A pickle file names a global outside the CIFAR-10 allow-list."""
+
+
+class _CifarUnpickler(pickle.Unpickler):
+    """An unpickler that resolves only the globals in :data:`_ALLOWED`."""
+
+    def __init__(self, handle: io.BufferedReader, path: Path) -> None:
+        super().__init__(handle, encoding="bytes")
+        self.path = path
+
+    def find_class(self, module: str, name: str) -> Any:
+        """Resolve ``module.name`` if allowed, else raise :class:`UnsafePickleError`."""
+        if (module, name) not in _ALLOWED:
+            raise UnsafePickleError(
+                f"{self.path}: refused to load, it names {module}.{name}, which a CIFAR-10 "
+                f"batch file never holds (allowed: dict, list, bytes, str, numpy arrays)")
+        if module.startswith("numpy.core"):
+            module = module.replace("numpy.core", _numpy_core(), 1)
+        return super().find_class(module, name)
+
+
+def _numpy_core() -> str:
+    """numpy 2 renamed numpy.core to numpy._core (the old name warns when imported)."""
+    return "numpy._core" if int(np.__version__.split(".")[0]) >= 2 else "numpy.core"
+
+
+def safe_load_pickle(path: Path) -> Any:
+    """Unpickle a CIFAR-10 batch file, resolving only numpy-array globals."""
     with open(path, "rb") as handle:
-        batch = pickle.load(handle, encoding="bytes")
+        return _CifarUnpickler(handle, path).load()
+
+
+def _read_batch(path: Path) -> tuple[np.ndarray, np.ndarray]:
+    batch = safe_load_pickle(path)
+    if not isinstance(batch, dict):
+        raise ValueError(f"{path.name} is not a CIFAR-10 batch (a {type(batch).__name__}, "
+                         f"not a dict)")
     data = batch.get(b"data", batch.get("data"))
     labels = batch.get(b"labels", batch.get("labels"))
     if data is None or labels is None:

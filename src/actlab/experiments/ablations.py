@@ -61,6 +61,7 @@ class Ablations(Experiment):
     """Unshifted vs shifted students under post-norm, trainable biases and soft-target CE."""
 
     name: ClassVar[str] = "ablations"
+    headline_figure: ClassVar[str | None] = "fig14_ablations"
     description: ClassVar[str] = "Shifted vs unshifted under post-norm, biases, soft-target CE"
     Config: ClassVar[type] = Config
     quick: ClassVar[dict[str, Any]] = {

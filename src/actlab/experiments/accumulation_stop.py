@@ -90,6 +90,7 @@ class AccumulationStop(Experiment):
     """Throughput and accuracy of dynamic vs frozen percentile statistics."""
 
     name = "accumulation-stop"
+    headline_figure = "accumulation_stop"
     description = ("Steps/s and accuracy with LayerNorm, BatchNorm, Percentile Centering and "
                    "Percentile Centering frozen after warm-up (seed 003 §7)")
     Config = AccumulationStopConfig

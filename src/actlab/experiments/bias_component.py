@@ -251,6 +251,7 @@ class BiasComponent(Experiment):
     """Unshifted vs shifted ReLU autoencoders: decode the bias component and the deviation."""
 
     name = "bias-component"
+    headline_figure = "fig17_loss_residual"
     description = ("Conv autoencoder: reconstructions from the activation-bias component (eq. 8), "
                    "unshifted vs shifted ReLU (seed 000 §3, App. D)")
     Config = BiasComponentConfig

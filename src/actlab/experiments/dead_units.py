@@ -105,6 +105,7 @@ class DeadUnitsExperiment(Experiment):
     """Dead ReLU units from a large learning rate, and in a fresh deep narrow stack."""
 
     name = "dead-units"
+    headline_figure = "dead_units"
     description = ("Dead ReLUs: one layer of 128 units at lr 4.0 vs 0.5 and leaky ReLU; dead "
                    "units of a fresh 20x32 He ReLU stack, whole set vs one batch (seed 001).")
     Config = DeadUnitsConfig

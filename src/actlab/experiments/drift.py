@@ -197,6 +197,7 @@ class Drift(Experiment):
     """Negative weight drift across activations, data, init, skips and optimizers."""
 
     name = "drift"
+    headline_figure = "drift_main"
     description = ("Weight drift, positive pre-activation gradient and emerging sparsity in the "
                    "seed's MLP on random data and digits (seed 003 §2-3)")
     Config = DriftConfig

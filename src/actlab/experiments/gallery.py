@@ -96,6 +96,7 @@ class GalleryExperiment(Experiment):
     """Activation gallery and theory tables (Gaussian averages, shifts, gains, recursion)."""
 
     name = "gallery"
+    headline_figure = "activations"
     description = ("Every activation and its derivative; Gaussian averages, Table 1 shifts and "
                    "gains vs published values; the variance recursion vs a measured network.")
     Config = GalleryConfig

@@ -92,6 +92,7 @@ class GatedFFNExperiment(Experiment):
     """Matched-parameter comparison of plain and gated FFNs with a pre-registered selection rule."""
 
     name = "gated-ffn"
+    headline_figure = "gated_ffn"
     description = ("GPT with plain relu/gelu FFNs vs ReGLU/GEGLU/SwiGLU at matched parameters: "
                    "widths, params, FLOPs/token, peak memory, tokens/s, val loss (seed 002).")
     Config = GatedFFNConfig

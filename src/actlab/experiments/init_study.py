@@ -170,6 +170,7 @@ class InitStudyExperiment(Experiment):
     """Ten activation/initialization choices for a 20-layer network on two spirals (seed 001)."""
 
     name = "init-study"
+    headline_figure = "init_study_costs"
     description = ("The handbook's sample project: 20x32 network, ten activation/init choices, "
                    "spirals, plain SGD, verdicts by late cost (seed 001).")
     Config = InitStudyConfig

@@ -80,6 +80,7 @@ class LMShiftExperiment(Experiment):
     """Unshifted vs adaptively shifted MLP activations in a byte-level GPT."""
 
     name = "lm-shift"
+    headline_figure = "loss_residual"
     description = ("GPT on the stdlib corpus, gelu/relu unshifted vs :adaptive, 3 seeds: loss "
                    "residual over training and hidden-state mean trajectories (seed 000 §4.3).")
     Config = LMShiftConfig

@@ -70,6 +70,7 @@ class NormalizationExperiment(Experiment):
     """First- and last-layer gradient norms of plain, normalized and residual stacks."""
 
     name = "normalization"
+    headline_figure = "normalization"
     description = ("20x64 stacks (tanh std 0.01, ReLU 2xHe): plain, batch norm, layer norm, "
                    "residual; first/last weight-gradient norms at initialization (seed 001).")
     Config = NormalizationConfig

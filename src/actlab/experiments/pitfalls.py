@@ -195,6 +195,7 @@ class PitfallsExperiment(Experiment):
     """Six common mistakes of the handbook, each measured with its expected relation checked."""
 
     name = "pitfalls"
+    headline_figure = None
     description = ("Linear collapse, constant start, default Linear scale, wrong fan-in axis, "
                    "uniform bound as std, variance vs second moment (seed 001).")
     Config = PitfallsConfig

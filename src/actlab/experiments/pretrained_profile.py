@@ -76,6 +76,7 @@ class PretrainedProfileExperiment(Experiment):
     """Per-layer activation statistics and down-projection input ranges of a pretrained model."""
 
     name = "pretrained-profile"
+    headline_figure = "pretrained_profile"
     description = ("all-MiniLM-L6-v2 (offline) on stdlib docstrings: negative pre-activations, "
                    "near-zero GELU outputs, sparsity, down-projection input range, hidden means.")
     Config = PretrainedProfileConfig

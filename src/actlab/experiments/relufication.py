@@ -71,6 +71,7 @@ class Relufication(Experiment):
     """GELU -> ReLU conversion by brief fine-tuning."""
 
     name = "relufication"
+    headline_figure = "relufication"
     description = "Train with GELU, swap to ReLU, fine-tune one epoch (seed 003 §5, Table 3)"
     Config = ReluficationConfig
     quick = {"steps": 200}

@@ -77,6 +77,7 @@ class RelufyPretrainedExperiment(Experiment):
     after a brief self-distillation fine-tune."""
 
     name = "relufy-pretrained"
+    headline_figure = "relufy"
     description = ("all-MiniLM-L6-v2 with its GELUs replaced by ReLU: sparsity and sentence-"
                    "embedding cosine to the original, before/after a brief self-distillation.")
     Config = RelufyConfig

@@ -54,6 +54,7 @@ class ShiftSweep(Experiment):
     """Final loss as a function of the shift, per activation, over paired seeds."""
 
     name: ClassVar[str] = "shift-sweep"
+    headline_figure: ClassVar[str | None] = "fig9_shift_sweep"
     description: ClassVar[str] = "Final loss vs activation shift b; is the theory shift near-optimal?"
     Config: ClassVar[type] = Config
     quick: ClassVar[dict[str, Any]] = {

@@ -139,6 +139,7 @@ class SignalExperiment(Experiment):
     """Per-layer signal, error and gradient sizes at initialization versus the variance recursion."""
 
     name = "signal"
+    headline_figure = "signal_profiles"
     description = ("Deep stacks at initialization: measured per-layer sizes vs the variance "
                    "recursion, activation histograms, tanh saturation (seed 001).")
     Config = SignalConfig

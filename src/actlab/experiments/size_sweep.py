@@ -77,6 +77,7 @@ class SizeSweep(Experiment):
     """Relative improvement over a (d, m, L) grid and per-seed optimal shifts per size."""
 
     name: ClassVar[str] = "size-sweep"
+    headline_figure: ClassVar[str | None] = "fig12_size_grid"
     description: ClassVar[str] = "Shifting's gain over (d, m, L) and optimal-shift distributions"
     Config: ClassVar[type] = Config
     quick: ClassVar[dict[str, Any]] = {

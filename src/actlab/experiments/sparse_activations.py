@@ -97,6 +97,7 @@ class SparseActivations(Experiment):
     """Table 1 of seed 003 at CPU scale: activation x (model, norm)."""
 
     name = "sparse-activations"
+    headline_figure = "sparse_activations"
     description = ("Accuracy / negative share / sparsity of relu, gelu, silu, relu2, gelu2, clipped "
                    "relu2, noisy_relu, sugar across models and norms (seed 003 §5, Table 1)")
     Config = SparseActivationsConfig

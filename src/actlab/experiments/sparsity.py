@@ -90,6 +90,7 @@ class Sparsity(Experiment):
     """Accuracy vs controlled sparsity (Percentile Centering, Top-K) and the cliff fit."""
 
     name = "sparsity"
+    headline_figure = "sparsity_cliff"
     description = ("Accuracy against Percentile-Centering and Top-K sparsity on MLP, MLP+skip, "
                    "ResNet and ViT (digits), with the a(s) = A - B s^N cliff fit (seed 003 §4)")
     Config = SparsityConfig

@@ -66,6 +66,7 @@ class SpikesExperiment(Experiment):
     """Down-projection input range per layer for plain, squared and clipped activations."""
 
     name = "spikes"
+    headline_figure = "spikes"
     description = ("GPT with relu, gelu, relu2, gelu2, relu2 clipped at 15/50, 3 seeds: per-layer "
                    "range of the down-projection input, val loss, sparsity (seed 003 §6).")
     Config = SpikesConfig

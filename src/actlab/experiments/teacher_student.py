@@ -121,6 +121,7 @@ class TeacherStudent(Experiment):
     """Unshifted vs ``shift=theory`` students of an unshifted teacher, per activation."""
 
     name: ClassVar[str] = "teacher-student"
+    headline_figure: ClassVar[str | None] = "fig2_loss_and_hidden_mean"
     description: ClassVar[str] = (
         "Shifted vs unshifted students: loss reversal, overshoot, sharpness, landscapes, angles"
     )

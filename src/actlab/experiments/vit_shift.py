@@ -168,6 +168,7 @@ class ViTShift(Experiment):
     """Small ViT on digits: unshifted vs adaptively shifted GELU (loss residuals, overshoot)."""
 
     name = "vit-shift"
+    headline_figure = "fig6_residuals"
     description = ("Small ViT on digits, gelu vs gelu:adaptive: train/test loss and accuracy "
                    "residuals, hidden-state overshoot (seed 000 §4.1, App. E)")
     Config = ViTShiftConfig

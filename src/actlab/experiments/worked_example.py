@@ -207,6 +207,7 @@ class WorkedExampleExperiment(Experiment):
     """The handbook's worked example, every value computed, printed and saved."""
 
     name = "worked-example"
+    headline_figure = None
     description = "The four pen-and-paper calculations of seed 001, printed value by value."
     Config = WorkedExampleConfig
     default_seeds = 1

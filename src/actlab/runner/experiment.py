@@ -109,6 +109,7 @@ class Experiment:
     full: ClassVar[dict[str, Any]] = {}  # field overrides for --full
     default_seeds: ClassVar[int] = 3
     seeds_per_unit: ClassVar[int | None] = 1  # None: all seeds in one unit (ensembles)
+    headline_figure: ClassVar[str | None] = None  # figures/<name>.png shown in the index
 
     def units(self, config: Any) -> list[dict[str, Any]]:
         """Split the work besides seeds (e.g. one unit per activation). JSON-serialisable dicts."""

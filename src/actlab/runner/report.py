@@ -26,6 +26,8 @@ td.num{text-align:right;font-family:monospace}.bad{color:#b00020}.good{color:#0a
 .undecided{color:#8a6d00}figure{display:inline-block;margin:0.5em;max-width:100%}
 figure img{max-width:100%;border:1px solid #ddd}pre{background:#f7f7f7;padding:0.5em;overflow:auto;
 font-size:0.8em}code{font-size:0.9em}
+.overview td{vertical-align:middle}.overview img.thumb{height:110px;max-width:220px;
+border:1px solid #ddd;display:block}details>summary{cursor:pointer;font-weight:600;margin:0.5em 0}
 """
 
 
@@ -191,6 +193,11 @@ def _summary_section(summary: Any) -> str:
     return _key_value_table(summary) if isinstance(summary, dict) else f"<pre>{_e(summary)}</pre>"
 
 
+def _folded(title: str, body: str) -> str:
+    """A section closed by default: its heading is the ``<summary>`` of a ``<details>``."""
+    return f"<details><summary><h2 style=\"display:inline\">{_e(title)}</h2></summary>{body}</details>"
+
+
 def write_report(run_dir: str | Path) -> Path:
     """(Re)write ``report.html`` of a run directory from the files in it."""
     run_dir = Path(run_dir)
@@ -218,51 +225,91 @@ def write_report(run_dir: str | Path) -> Path:
         )
     if status.get("failed"):
         parts.append(f'<p class="bad">{len(status["failed"])} unit(s) failed.</p>')
-    parts += ["<h2>Claims</h2>", _claims_table(claims) if claims else "<p>No claims.</p>"]
-    parts += ["<h2>Summary</h2>", _summary_section(summary)]
+    # what people look at first: figures, then what they show (claims); the long tables fold
     parts += ["<h2>Figures</h2>", _figures(run_dir)]
+    parts += ["<h2>Claims</h2>", _claims_table(claims) if claims else "<p>No claims.</p>"]
+    parts += [_folded("Summary", _summary_section(summary))]
     parts += ["<h2>Units</h2>", _units(run_dir)]
-    parts += ["<h2>Final values</h2>", _final_values(run_dir)]
+    parts += [_folded("Final values", _final_values(run_dir))]
     config_part = config.get("config")
     if config_part is None:
         config_part = {",".join(f"{k}={v}" for k, v in p["point"].items()): p["config"]
                        for p in config.get("points", [])}
-    parts += ["<h2>Config</h2>", _key_value_table(config_part)]
-    parts += ["<h2>Environment</h2>", _key_value_table(env)]
+    parts += [_folded("Config", _key_value_table(config_part))]
+    parts += [_folded("Environment", _key_value_table(env))]
     path = run_dir / "report.html"
     atomic_write_text(path, _page(title, "\n".join(parts)))
     return path
 
 
+def headline_figure(out_dir: Path, entry: dict[str, Any]) -> str | None:
+    """Path (relative to ``out_dir``) of an experiment's headline figure, if it was drawn.
+
+    The figure is the one the experiment class declares in ``headline_figure`` (or
+    ``entry["headline_figure"]``); without a declaration, or if that file is missing, the
+    first figure of the run.
+    """
+    if not entry.get("report"):
+        return None
+    figures = (out_dir / entry["report"]).parent / "figures"
+    name = (entry["headline_figure"] if "headline_figure" in entry
+            else _declared_headline(entry["experiment"]))
+    chosen = figures / f"{name}.png" if name else None
+    if chosen is None or not chosen.is_file():
+        found = sorted(figures.rglob("*.png")) if figures.is_dir() else []
+        chosen = found[0] if found else None
+    return chosen.relative_to(out_dir).as_posix() if chosen is not None else None
+
+
+def _declared_headline(experiment: str) -> str | None:
+    from actlab.runner.experiment import list_experiments
+
+    return getattr(list_experiments().get(experiment), "headline_figure", None)
+
+
+def _overview_row(out_dir: Path, entry: dict[str, Any]) -> list[str]:
+    name = _e(entry["experiment"])
+    link = f'<a href="{_href(entry["report"])}">{name}</a>' if entry.get("report") else name
+    state = entry["status"]
+    css = "good" if state == "ok" else "bad"
+    figure = headline_figure(out_dir, entry)
+    thumb = ""
+    if figure:
+        thumb = (f'<a href="{_href(figure)}"><img class="thumb" src="{_href(figure)}" '
+                 f'alt="{name} headline figure" loading="lazy"></a>')
+    held = [c.get("held") for c in entry.get("claims", [])]
+    counts = [f'<span class="good">{held.count(True)}</span>',
+              f'<span class="bad">{held.count(False)}</span>',
+              f'<span class="undecided">{held.count(None)}</span>'] if held else ["", "", ""]
+    problems = "<br>".join(_e(p) for p in entry.get("problems", []))
+    description = _e(entry.get("description", ""))
+    return [f"<b>{link}</b><br>{description}", thumb, *counts,
+            f'<span class="{css}">{_e(state)}</span>', problems]
+
+
 def write_index(out_dir: str | Path, entries: list[dict[str, Any]], scale: str) -> Path:
-    """Write ``out_dir/index.html``: one row per experiment and one table of headline claims.
+    """Write ``out_dir/index.html``: an overview (per experiment its claim counts and a
+    thumbnail of its headline figure), then every claim.
 
     Each entry has ``experiment``, ``description``, ``report`` (path relative to ``out_dir``
-    or None), ``status`` (``ok``/``failed``), ``problems`` (lines) and ``claims`` (dicts).
+    or None), ``status`` (``ok``/``failed``), ``problems`` (lines) and ``claims`` (dicts);
+    optionally ``headline_figure`` (else the experiment class's declaration is used).
     """
     out_dir = Path(out_dir)
-    rows = []
-    all_claims = []
-    for entry in entries:
-        name = _e(entry["experiment"])
-        link = f'<a href="{_href(entry["report"])}">{name}</a>' if entry.get("report") else name
-        state = entry["status"]
-        css = "good" if state == "ok" else "bad"
-        problems = "<br>".join(_e(p) for p in entry.get("problems", []))
-        held = [c.get("held") for c in entry.get("claims", [])]
-        tally = f"{held.count(True)} yes, {held.count(False)} no, {held.count(None)} undecided"
-        rows.append([link, _e(entry.get("description", "")), f'<span class="{css}">{_e(state)}</span>',
-                     tally if held else "", problems])
-        for claim in entry.get("claims", []):
-            all_claims.append({**claim, "experiment": entry["experiment"], "report": entry.get("report")})
+    all_claims = [{**claim, "experiment": entry["experiment"], "report": entry.get("report")}
+                  for entry in entries for claim in entry.get("claims", [])]
+    held = [c.get("held") for c in all_claims]
     failed = [e for e in entries if e["status"] != "ok"]
     parts = [f"<h1>actlab reproduction ({_e(scale)})</h1>"]
+    parts.append(f"<p>{len(entries)} experiments; claims held {held.count(True)}, not held "
+                 f"{held.count(False)}, undecided {held.count(None)}.</p>")
     if failed:
         parts.append('<p class="bad">Failed: ' + ", ".join(_e(e["experiment"]) for e in failed) + "</p>")
-    parts += ["<h2>Headline findings</h2>",
+    overview = _table(["experiment", "headline figure", "held", "not held", "undecided", "status",
+                       "problems"], [_overview_row(out_dir, e) for e in entries], raw=True)
+    parts += ["<h2>Overview</h2>", overview.replace("<table>", '<table class="overview">', 1)]
+    parts += ["<h2>Claims</h2>",
               _claims_table(all_claims, with_experiment=True) if all_claims else "<p>No claims.</p>"]
-    parts += ["<h2>Experiments</h2>",
-              _table(["experiment", "description", "status", "claims held", "problems"], rows, raw=True)]
     path = out_dir / "index.html"
     atomic_write_text(path, _page("actlab reproduction", "\n".join(parts)))
     return path

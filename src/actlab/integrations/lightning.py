@@ -1,0 +1,76 @@
+"""``ProbeCallback`` for Lightning (``lightning.pytorch``).
+
+Values are logged with ``pl_module.log_dict`` as ``actlab/<metric>/<layer>`` on the step
+that recorded them, so they reach every logger of the ``Trainer``. Lightning writes step
+values only every ``log_every_n_steps`` batches: choose ``every`` as a multiple of it (or
+``log_every_n_steps=1``) to see every recorded step.
+
+Usage::
+
+    from actlab.integrations.lightning import ProbeCallback
+    trainer = lightning.pytorch.Trainer(callbacks=[ProbeCallback(every=10)], log_every_n_steps=10)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import pandas as pd
+from lightning.pytorch import Callback, LightningModule, Trainer
+
+from actlab.integrations._session import Curvature, ProbeSession
+
+__all__ = ["Curvature", "ProbeCallback"]
+
+
+class ProbeCallback(Callback):
+    """Record :class:`~actlab.probe.Probe` statistics (and optionally curvature) while a
+    Lightning ``Trainer`` fits, and log them as ``actlab/<metric>/<layer>``.
+
+    Args:
+        every: Probe schedule in optimizer steps (``trainer.global_step``; with
+            ``accumulate_grad_batches`` one step covers all its micro-batches).
+        metrics: Probe metric names (default: all).
+        sites: activation sites (``None``: found automatically; names, glob patterns or a
+            predicate, as ``Probe(activations=...)``).
+        curvature: a :class:`Curvature` schedule on a held batch; ``Curvature.loss`` is
+            required here (``loss(module, batch) -> scalar``).
+        **probe_kwargs: further :class:`~actlab.probe.Probe` arguments.
+
+    Only global rank 0 probes and logs (``rank_zero_only=True``): under DDP the values are
+    the statistics of rank 0's batches. Hooks are removed when training ends.
+    """
+
+    def __init__(self, every: Any = 10, metrics: Iterable[str] | None = None, sites: Any = None,
+                 *, curvature: Curvature | None = None, **probe_kwargs: Any) -> None:
+        if curvature is not None and curvature.loss is None:
+            raise ValueError("curvature.loss: required with Lightning, e.g. "
+                             "Curvature(batch, loss=lambda module, b: module.loss(b))")
+        self.session = ProbeSession(every=every, metrics=metrics, sites=sites,
+                                    curvature=curvature, probe_kwargs=probe_kwargs)
+        self._seen_step = 0
+
+    def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        """Attach the probe on global rank 0."""
+        self._seen_step = trainer.global_step
+        if trainer.is_global_zero:
+            self.session.begin(pl_module)
+
+    def on_train_batch_end(self, trainer: Trainer, pl_module: LightningModule, outputs: Any,
+                           batch: Any, batch_idx: int) -> None:
+        """After an optimizer step (not after accumulation micro-batches): log what is due."""
+        if trainer.global_step == self._seen_step:
+            return
+        self._seen_step = trainer.global_step
+        logs = self.session.optimizer_step()
+        if logs:
+            pl_module.log_dict(logs, on_step=True, on_epoch=False, rank_zero_only=True)
+
+    def on_train_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        """Remove every hook."""
+        self.session.end()
+
+    def table(self) -> pd.DataFrame:
+        """All recorded values: columns step (0-based optimizer step), layer, metric, value."""
+        return self.session.table()

@@ -1,0 +1,104 @@
+"""``ProbeCallback`` for the Hugging Face ``transformers.Trainer``.
+
+Values reach TensorBoard, W&B, MLflow, ... through the Trainer's own reporting: when a step
+has values, the callback dispatches them as one ``on_log`` event through the Trainer's
+callback handler, at that step, so every reporting callback writes them as it writes the
+loss (TensorBoard shows them as ``train/actlab/<metric>/<layer>``, the Trainer's prefix).
+A callback's own ``on_log`` would see the ``logs`` dict only after the reporters listed
+before it had written it, and only on the Trainer's logging steps.
+
+Usage::
+
+    from actlab.integrations.transformers import ProbeCallback
+    trainer = Trainer(model, args, train_dataset=data, callbacks=[ProbeCallback(every=10)])
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Iterable
+from typing import Any
+
+import pandas as pd
+from transformers import TrainerCallback
+from transformers.trainer_callback import CallbackHandler
+
+from actlab.integrations._session import Curvature, ProbeSession
+
+__all__ = ["Curvature", "ProbeCallback"]
+
+
+class ProbeCallback(TrainerCallback):
+    """Record :class:`~actlab.probe.Probe` statistics (and optionally curvature) while a
+    ``transformers.Trainer`` trains, and log them as ``actlab/<metric>/<layer>``.
+
+    Args:
+        every: Probe schedule in optimizer steps (an int N: steps 0, N, 2N, ...; or any
+            schedule :class:`~actlab.probe.Probe` accepts). With gradient accumulation one
+            step is one optimizer update, and its statistics cover all its micro-batches.
+        metrics: Probe metric names (default: all).
+        sites: activation sites (``None``: found automatically; names, glob patterns or a
+            predicate, as ``Probe(activations=...)``).
+        curvature: a :class:`Curvature` schedule on a held batch, or ``None``.
+        **probe_kwargs: further :class:`~actlab.probe.Probe` arguments (``weights``,
+            ``blocks``, ``histograms``, ...).
+
+    Only the main process (``state.is_world_process_zero``) probes and logs: under DDP the
+    values are the statistics of rank 0's batches. Hooks are removed at the end of training
+    (:meth:`table` keeps the values); the parameters are bitwise those of a run without the
+    callback.
+    """
+
+    def __init__(self, every: Any = 10, metrics: Iterable[str] | None = None, sites: Any = None,
+                 *, curvature: Curvature | None = None, **probe_kwargs: Any) -> None:
+        self.session = ProbeSession(every=every, metrics=metrics, sites=sites,
+                                    curvature=curvature, probe_kwargs=probe_kwargs)
+        self._handler: CallbackHandler | None = None
+        self._pending: dict[str, float] = {}
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None,
+                       **kwargs: Any) -> None:
+        """Attach the probe (main process only) and find the Trainer's callback handler."""
+        self._handler = _calling_handler()
+        if state.is_world_process_zero and model is not None:
+            self.session.begin(model)
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        """One optimizer step ended: close it and report what is due."""
+        logs = self.session.optimizer_step()
+        if not logs:
+            return
+        if self._handler is not None:
+            # the same event Trainer.log sends, so every reporter writes it at this step
+            self._handler.on_log(args, state, control, logs=logs)
+        else:
+            self._pending.update(logs)
+
+    def on_log(self, args: Any, state: Any, control: Any, logs: dict | None = None,
+               **kwargs: Any) -> None:
+        """Fallback without a handler: add pending values to the Trainer's next log."""
+        if self._pending and logs is not None:
+            logs.update(self._pending)
+            self._pending = {}
+
+    def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        """Remove every hook."""
+        self.session.end()
+
+    def table(self) -> pd.DataFrame:
+        """All recorded values: columns step (0-based optimizer step), layer, metric, value."""
+        return self.session.table()
+
+
+def _calling_handler() -> CallbackHandler | None:
+    """The CallbackHandler dispatching the current event (callbacks get no reference to it)."""
+    frame = inspect.currentframe()
+    try:
+        for _ in range(6):
+            frame = frame.f_back if frame is not None else None
+            owner = frame.f_locals.get("self") if frame is not None else None
+            if isinstance(owner, CallbackHandler):
+                return owner
+        return None
+    finally:
+        del frame
