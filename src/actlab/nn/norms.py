@@ -26,6 +26,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from actlab.activations import native
+
 _INTERPOLATIONS = ("linear", "lower", "higher", "nearest", "midpoint")
 
 
@@ -158,6 +160,16 @@ class _PercentileCenterScale(torch.autograd.Function):
             bshape = [1, channels] + [1] * (x.dim() - 2)
             affine_shape = bshape
         lower, frac = _selection_plan(q, n)
+        kernels = native.selection() if native.selection_usable(x) else None
+        if kernels is not None:
+            # one C++ pass per group: statistics, selection and output, the group in cache
+            xc = x.contiguous()
+            y, center, var, mean, rstd, below_idx, above_idx = kernels.percentile_norm_forward(
+                xc, weight, bias, layout == "last", lower, frac, eps)
+            ctx.save_for_backward(xc, weight, center, mean, rstd, below_idx, above_idx)
+            ctx.mark_non_differentiable(center, var)
+            ctx.meta = (layout, frac, kernels)
+            return y, center, var.reshape(bshape)
         below, below_idx, above, above_idx = _select_neighbours(flat, lower, frac > 0.0)
         center = torch.lerp(below, above, frac) if frac > 0.0 else below
         # PyTorch's fused mean-centering norms give (x - mean) * rstd, mean and rstd in one
@@ -182,6 +194,13 @@ class _PercentileCenterScale(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_y: Tensor, _grad_center: Tensor, _grad_var: Tensor):  # noqa: D102
+        if len(ctx.meta) == 3:
+            layout, frac, kernels = ctx.meta
+            x, weight, center, mean, rstd, below_idx, above_idx = ctx.saved_tensors
+            grad_x, grad_w, grad_b = kernels.percentile_norm_backward(
+                grad_y, x, weight, center, mean, rstd, below_idx, above_idx, frac,
+                layout == "last", ctx.needs_input_grad[1], ctx.needs_input_grad[2])
+            return grad_x, grad_w, grad_b, None, None, None
         x_hat, weight, rstd, center_minus_mean, below_idx, above_idx = ctx.saved_tensors
         layout, frac, n, shape, has_bias, affine_shape = ctx.meta
         dims = [-1] if layout == "last" else [0, *range(2, len(shape))]
