@@ -446,13 +446,19 @@ std::vector<torch::Tensor> topk_mask(const torch::Tensor& y, int64_t k) {
           }
           select_pair(finite.data(), m, m - (k - nans), false, scratch.data(), t, unused);
         }
+        // drop what lies below t (NaN does not)
+        using V = Vectorized<T>;
+        const V vt(t), zero(T(0));
+        int64_t j = 0;
+        for (; j + V::size() <= n; j += V::size()) {
+          const V v = V::loadu(row + j);
+          V::blendv(v, zero, v < vt).store(o + j);
+        }
+        for (; j < n; ++j) o[j] = row[j] < t ? T(0) : row[j];
         int64_t below = 0;
-        for (int64_t j = 0; j < n; ++j) {
-          const T v = row[j];
-          const bool drop = v < t;  // false for NaN
-          o[j] = drop ? T(0) : v;
-          d[j] = drop;
-          below += drop;
+        for (j = 0; j < n; ++j) {
+          d[j] = row[j] < t;
+          below += d[j];
         }
         // ties at t beyond k: drop the last ones
         for (int64_t j = n - 1, excess = n - below - k; excess > 0 && j >= 0; --j) {
@@ -468,10 +474,30 @@ std::vector<torch::Tensor> topk_mask(const torch::Tensor& y, int64_t k) {
   return {out, dropped};
 }
 
+// Top-K's backward: the gradient where the entry was kept, zero where dropped.
+torch::Tensor topk_mask_backward(const torch::Tensor& grad_in, const torch::Tensor& dropped) {
+  const torch::Tensor grad = grad_in.contiguous();
+  actlab::check_dense_float(grad, "topk_mask_backward");
+  TORCH_CHECK(dropped.is_contiguous() && dropped.numel() == grad.numel(),
+              "topk_mask_backward: mask does not match the gradient");
+  auto out = torch::empty_like(grad);
+  AT_DISPATCH_FLOATING_TYPES(grad.scalar_type(), "topk_mask_backward", [&] {
+    using T = scalar_t;
+    const T* gp = grad.const_data_ptr<T>();
+    const bool* dp = dropped.const_data_ptr<bool>();
+    T* op = out.mutable_data_ptr<T>();
+    at::parallel_for(0, grad.numel(), 32768, [&](int64_t begin, int64_t end) {
+      for (int64_t j = begin; j < end; ++j) op[j] = dp[j] ? T(0) : gp[j];
+    });
+  });
+  return out;
+}
+
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("percentile_norm_forward", &percentile_norm_forward,
         "Percentile Centering forward (y, center, var, mean, rstd, below_idx, above_idx)");
   m.def("percentile_norm_backward", &percentile_norm_backward,
         "Percentile Centering backward (grad_x, grad_weight, grad_bias)");
   m.def("topk_mask", &topk_mask, "Top-K along the last dim by selection (out, dropped)");
+  m.def("topk_mask_backward", &topk_mask_backward, "Top-K's gradient (zero where dropped)");
 }
