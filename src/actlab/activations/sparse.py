@@ -91,15 +91,19 @@ def _dropped_by_threshold(y: Tensor, k: int, dim: int) -> Tensor:
 
 
 class _NativeTopK(torch.autograd.Function):
-    """Top-K along the last dim by the C++ selection kernel; the backward is one masking."""
+    """Top-K along the last dim by the C++ selection kernel. The backward recomputes the
+    mask from the input and each row's threshold, in the same pass that applies it."""
 
     @staticmethod
     def forward(ctx, y: Tensor, k: int) -> Tensor:  # noqa: D102
-        out, dropped = native.selection().topk_mask(y.contiguous(), k)  # type: ignore[union-attr]
-        ctx.save_for_backward(dropped)
+        y = y.contiguous()
+        ctx.kernels = native.selection()
+        out, threshold = ctx.kernels.topk_mask(y, k)
+        ctx.save_for_backward(y, threshold)
+        ctx.k = k
         return out
 
     @staticmethod
     def backward(ctx, grad: Tensor):  # noqa: D102
-        (dropped,) = ctx.saved_tensors
-        return native.selection().topk_mask_backward(grad, dropped), None  # type: ignore[union-attr]
+        y, threshold = ctx.saved_tensors
+        return ctx.kernels.topk_mask_backward(grad, y, threshold, ctx.k), None

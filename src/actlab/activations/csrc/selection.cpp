@@ -22,7 +22,12 @@
 #include <cmath>
 #include <limits>
 #include <mutex>
+#include <type_traits>
 #include <vector>
+
+#if defined(__AVX2__)
+#include <immintrin.h>
+#endif
 
 #include "activation_functors.h"
 
@@ -79,30 +84,89 @@ void quickselect_pair(T* a, T* tmp, int64_t m, int64_t k, bool need_above, T& kt
   if (need_above) next = k + 1 < m ? min_of(a + k + 1, m - k - 1) : bound;
 }
 
+#if defined(__AVX2__)
+// For each 8-bit mask, the lanes whose bit is set, first: a left-packing permutation.
+struct PackTable {
+  alignas(32) int32_t lanes[256][8];
+  PackTable() {
+    for (int mask = 0; mask < 256; ++mask) {
+      int c = 0;
+      for (int b = 0; b < 8; ++b) {
+        if (mask >> b & 1) lanes[mask][c++] = b;
+      }
+      while (c < 8) lanes[mask][c++] = 0;
+    }
+  }
+};
+const PackTable kPack;
+#endif
+
+// One pass over v[0..m): counts the values below lo into `under`, copies those in [lo, hi]
+// to out (room for m + 8) and returns their count, or -1 if v holds a NaN.
+template <typename T>
+int64_t bracket_pass(const T* v, int64_t m, T lo, T hi, T* out, int64_t& under) {
+  int64_t inside = 0, below = 0, nans = 0, j = 0;
+#if defined(__AVX2__)
+  if constexpr (std::is_same_v<T, float>) {
+    // eight at a time: compare, then left-pack the lanes inside with one permutation
+    const __m256 vlo = _mm256_set1_ps(lo), vhi = _mm256_set1_ps(hi);
+    for (; j + 8 <= m; j += 8) {
+      const __m256 x = _mm256_loadu_ps(v + j);
+      const int lt = _mm256_movemask_ps(_mm256_cmp_ps(x, vlo, _CMP_LT_OQ));
+      const int in = _mm256_movemask_ps(_mm256_and_ps(_mm256_cmp_ps(x, vlo, _CMP_GE_OQ),
+                                                      _mm256_cmp_ps(x, vhi, _CMP_LE_OQ)));
+      nans |= _mm256_movemask_ps(_mm256_cmp_ps(x, x, _CMP_UNORD_Q));
+      const __m256i perm = _mm256_load_si256(reinterpret_cast<const __m256i*>(kPack.lanes[in]));
+      _mm256_storeu_ps(out + inside, _mm256_permutevar8x32_ps(x, perm));
+      inside += __builtin_popcount(in);
+      below += __builtin_popcount(lt);
+    }
+  }
+#endif
+  for (; j < m; ++j) {  // branchless: compilers keep this loop tight
+    const T x = v[j];
+    out[inside] = x;
+    inside += (x >= lo) & (x <= hi);
+    below += x < lo;
+    nans += is_nan(x);
+  }
+  under = below;
+  return nans ? -1 : inside;
+}
+
 // The ascending order statistics of 0-based ranks `rank` and (if need_above) rank + 1 of
-// v[0..m). Returns false, leaving them unset, if v holds a NaN. scratch has room for 2m values.
+// v[0..m). Returns false, leaving them unset, if v holds a NaN. scratch has room for
+// 2m + 16 values.
+//
+// While the window holding the ranks is long, a sample of it brackets them between two of
+// its order statistics and one pass keeps only the values inside; a miss (rare) or a window
+// that no longer shrinks ends the bracketing, and quickselect finishes the window.
 template <typename T>
 bool select_pair(const T* v, int64_t m, int64_t rank, bool need_above, T* scratch, T& below,
                  T& above) {
-  const int64_t last = need_above ? rank + 1 : rank;
-  // the bracketing pass pays off on long groups only (measured: not at 1024, 1.3x at 65536)
-  if (m > 4096) {
-    constexpr int64_t kMaxSample = 256;
+  // bracketing pays off on long windows (measured: 4x at 65536, none at 1024)
+  constexpr int64_t kMaxSample = 256, kMinBracket = 2048;
+  constexpr T inf = std::numeric_limits<T>::infinity();
+  T* buffers[2] = {scratch, scratch + m + 8};
+  const T* window = v;  // v itself until the first pass copies a window out of it
+  int which = 0;
+  int64_t len = m, r = rank;
+  while (len > kMinBracket) {
+    const int64_t last = need_above ? r + 1 : r;
     const int64_t s = std::min<int64_t>(kMaxSample, std::max<int64_t>(
-        32, static_cast<int64_t>(2.0 * std::sqrt(static_cast<double>(m)))));
+        32, static_cast<int64_t>(2.0 * std::sqrt(static_cast<double>(len)))));
     T sample[kMaxSample];
-    const int64_t stride = m / s;
+    const int64_t stride = len / s;
     for (int64_t i = 0; i < s; ++i) {
-      sample[i] = v[i * stride + stride / 2];
+      sample[i] = window[i * stride + stride / 2];
       if (is_nan(sample[i])) return false;
     }
-    // the wanted ranks fall, in the sample, near s * rank / m; 2.5 standard deviations of
-    // a sample rank (binomial) on either side almost always bracket them
-    const double p_lo = (rank + 0.5) / m, p_hi = (last + 0.5) / m;
+    // the ranks fall, in the sample, near s * r / len; 2.5 standard deviations of a sample
+    // rank (binomial) on either side almost always bracket them
+    const double p_lo = (r + 0.5) / len, p_hi = (last + 0.5) / len;
     const double spread = 2.5 * std::sqrt(s * std::max(p_lo * (1 - p_lo), p_hi * (1 - p_hi))) + 1;
     const int64_t lo_i = static_cast<int64_t>(std::floor(p_lo * s - spread));
     const int64_t hi_i = static_cast<int64_t>(std::ceil(p_hi * s + spread));
-    constexpr T inf = std::numeric_limits<T>::infinity();
     T lo = -inf, hi = inf;
     if (lo_i > 0) {
       std::nth_element(sample, sample + lo_i, sample + s);
@@ -113,25 +177,28 @@ bool select_pair(const T* v, int64_t m, int64_t rank, bool need_above, T* scratc
       std::nth_element(sample + from, sample + hi_i, sample + s);
       hi = sample[hi_i];
     }
-    int64_t under = 0, inside = 0, nans = 0;
-    for (int64_t j = 0; j < m; ++j) {  // branchless: compilers keep this loop tight
-      const T x = v[j];
-      scratch[inside] = x;
-      inside += (x >= lo) & (x <= hi);
-      under += x < lo;
-      nans += is_nan(x);
-    }
-    if (nans) return false;
-    if (under <= rank && last < under + inside) {
-      quickselect_pair(scratch, scratch + m, inside, rank - under, need_above, below, above);
-      return true;
+    int64_t under = 0;
+    T* out = buffers[which];
+    const int64_t inside = bracket_pass(window, len, lo, hi, out, under);
+    if (inside < 0) return false;
+    if (!(under <= r && last < under + inside)) break;  // missed: finish this window
+    const bool shrank = inside < len * 3 / 4;
+    window = out;
+    len = inside;
+    r -= under;
+    which ^= 1;
+    if (!shrank) break;
+  }
+  // the window is v, or the buffer last written (the other one is free)
+  T* a = buffers[which ^ 1];
+  if (window == v) {
+    a = buffers[which];
+    for (int64_t j = 0; j < m; ++j) {
+      if (is_nan(v[j])) return false;
+      a[j] = v[j];
     }
   }
-  for (int64_t j = 0; j < m; ++j) {
-    if (is_nan(v[j])) return false;
-    scratch[j] = v[j];
-  }
-  quickselect_pair(scratch, scratch + m, m, rank, need_above, below, above);
+  quickselect_pair(a, a == buffers[0] ? buffers[1] : buffers[0], len, r, need_above, below, above);
   return true;
 }
 
@@ -210,7 +277,7 @@ std::vector<torch::Tensor> percentile_norm_forward(
     const T* wp = weight.defined() ? weight.const_data_ptr<T>() : nullptr;
     const T* bp = bias.defined() ? bias.const_data_ptr<T>() : nullptr;
     at::parallel_for(0, G, 1, [&](int64_t begin, int64_t end) {
-      std::vector<T> buffer(view.A > 1 ? n : 0), scratch(2 * n);
+      std::vector<T> buffer(view.A > 1 ? n : 0), scratch(2 * n + 16);
       for (int64_t g = begin; g < end; ++g) {
         // the group, contiguous: rows of the last dim already are; channels are gathered
         const T* v = xp + g * view.B;
@@ -405,89 +472,100 @@ std::vector<torch::Tensor> percentile_norm_backward(
           need_bias ? grad_b.to(x.scalar_type()) : torch::Tensor()};
 }
 
+// Whether Top-K drops value v against the threshold t (the k-th largest; NaN is largest).
+template <typename T>
+inline bool below_threshold(T v, T t) {
+  return is_nan(t) ? !is_nan(v) : v < t;
+}
+
+// out = src where Top-K keeps the entry of row, else 0: what lies below the threshold t, and
+// the last of the ties at t beyond k (one rule, forward with src = row and backward with
+// src = the gradient).
+template <typename T>
+void mask_row(const T* row, const T* src, T* out, int64_t n, T t, int64_t k) {
+  using V = Vectorized<T>;
+  int64_t below = 0, j = 0;
+  if (!is_nan(t)) {
+    const V vt(t), zero(T(0)), one(T(1));
+    V counts(T(0));
+    for (; j + V::size() <= n; j += V::size()) {
+      const V lt = V::loadu(row + j) < vt;  // false for NaN
+      counts = counts + (lt & one);
+      V::blendv(V::loadu(src + j), zero, lt).store(out + j);
+    }
+    below = static_cast<int64_t>(actlab::lanes_sum(counts));
+  }
+  for (; j < n; ++j) {
+    const bool drop = below_threshold(row[j], t);
+    out[j] = drop ? T(0) : src[j];
+    below += drop;
+  }
+  for (int64_t i = n - 1, excess = n - below - k; excess > 0 && i >= 0; --i) {
+    if (row[i] == t || (is_nan(t) && is_nan(row[i]))) {
+      out[i] = T(0);
+      --excess;
+    }
+  }
+}
+
 // Top-K along the last dim: keeps exactly k entries of each row (all above the k-th largest,
 // NaN counting as largest, and the first of the ties at it), zeroes the rest. Returns the
-// output and the mask of dropped entries (for the backward).
+// output and each row's threshold (for the backward).
 std::vector<torch::Tensor> topk_mask(const torch::Tensor& y, int64_t k) {
   actlab::check_dense_float(y, "topk_mask");
   const int64_t n = y.size(-1);
   TORCH_CHECK(0 < k && k <= n, "topk_mask: k must be in [1, n]");
   const int64_t rows = y.numel() / n;
   auto out = torch::empty_like(y);
-  auto dropped = torch::empty(y.sizes(), y.options().dtype(torch::kBool));
+  auto threshold = torch::empty({rows}, y.options());
   AT_DISPATCH_FLOATING_TYPES(y.scalar_type(), "topk_mask", [&] {
     using T = scalar_t;
     const T* yp = y.const_data_ptr<T>();
     T* op = out.mutable_data_ptr<T>();
-    bool* dp = dropped.mutable_data_ptr<bool>();
+    T* tp = threshold.mutable_data_ptr<T>();
     at::parallel_for(0, rows, 16, [&](int64_t begin, int64_t end) {
-      std::vector<T> scratch(2 * n), finite(n);
+      std::vector<T> scratch(2 * n + 16), finite(n);
       for (int64_t i = begin; i < end; ++i) {
         const T* row = yp + i * n;
-        T* o = op + i * n;
-        bool* d = dp + i * n;
         T t = 0, unused = 0;
         if (!select_pair(row, n, n - k, false, scratch.data(), t, unused)) {
-          // NaN in the row: select among the other values; NaNs are kept first
+          // NaN in the row: NaNs are the largest; select among the others if k exceeds them
           int64_t m = 0;
           for (int64_t j = 0; j < n; ++j) {
             if (!is_nan(row[j])) finite[m++] = row[j];
           }
           const int64_t nans = n - m;
-          if (nans >= k) {
-            int64_t left = k;
-            for (int64_t j = 0; j < n; ++j) {
-              const bool keep = is_nan(row[j]) && left > 0;
-              left -= keep;
-              o[j] = keep ? row[j] : T(0);
-              d[j] = !keep;
-            }
-            continue;
-          }
-          select_pair(finite.data(), m, m - (k - nans), false, scratch.data(), t, unused);
+          t = std::numeric_limits<T>::quiet_NaN();
+          if (nans < k) select_pair(finite.data(), m, m - (k - nans), false, scratch.data(), t, unused);
         }
-        // drop what lies below t (NaN does not)
-        using V = Vectorized<T>;
-        const V vt(t), zero(T(0));
-        int64_t j = 0;
-        for (; j + V::size() <= n; j += V::size()) {
-          const V v = V::loadu(row + j);
-          V::blendv(v, zero, v < vt).store(o + j);
-        }
-        for (; j < n; ++j) o[j] = row[j] < t ? T(0) : row[j];
-        int64_t below = 0;
-        for (j = 0; j < n; ++j) {
-          d[j] = row[j] < t;
-          below += d[j];
-        }
-        // ties at t beyond k: drop the last ones
-        for (int64_t j = n - 1, excess = n - below - k; excess > 0 && j >= 0; --j) {
-          if (row[j] == t) {
-            o[j] = T(0);
-            d[j] = true;
-            --excess;
-          }
-        }
+        tp[i] = t;
+        mask_row(row, row, op + i * n, n, t, k);
       }
     });
   });
-  return {out, dropped};
+  return {out, threshold};
 }
 
-// Top-K's backward: the gradient where the entry was kept, zero where dropped.
-torch::Tensor topk_mask_backward(const torch::Tensor& grad_in, const torch::Tensor& dropped) {
+// Top-K's backward: the gradient where the forward kept the entry (recomputed from the
+// input and the thresholds), zero elsewhere.
+torch::Tensor topk_mask_backward(const torch::Tensor& grad_in, const torch::Tensor& y,
+                                 const torch::Tensor& threshold, int64_t k) {
   const torch::Tensor grad = grad_in.contiguous();
-  actlab::check_dense_float(grad, "topk_mask_backward");
-  TORCH_CHECK(dropped.is_contiguous() && dropped.numel() == grad.numel(),
-              "topk_mask_backward: mask does not match the gradient");
+  actlab::check_dense_float(y, "topk_mask_backward");
+  const int64_t n = y.size(-1);
+  const int64_t rows = y.numel() / n;
   auto out = torch::empty_like(grad);
-  AT_DISPATCH_FLOATING_TYPES(grad.scalar_type(), "topk_mask_backward", [&] {
+  AT_DISPATCH_FLOATING_TYPES(y.scalar_type(), "topk_mask_backward", [&] {
     using T = scalar_t;
+    const T* yp = y.const_data_ptr<T>();
     const T* gp = grad.const_data_ptr<T>();
-    const bool* dp = dropped.const_data_ptr<bool>();
+    const T* tp = threshold.const_data_ptr<T>();
     T* op = out.mutable_data_ptr<T>();
-    at::parallel_for(0, grad.numel(), 32768, [&](int64_t begin, int64_t end) {
-      for (int64_t j = begin; j < end; ++j) op[j] = dp[j] ? T(0) : gp[j];
+    at::parallel_for(0, rows, 16, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) {
+        // the drop mask is a function of the row and its threshold: mask the gradient alike
+        mask_row(yp + i * n, gp + i * n, op + i * n, n, tp[i], k);
+      }
     });
   });
   return out;
@@ -498,6 +576,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         "Percentile Centering forward (y, center, var, mean, rstd, below_idx, above_idx)");
   m.def("percentile_norm_backward", &percentile_norm_backward,
         "Percentile Centering backward (grad_x, grad_weight, grad_bias)");
-  m.def("topk_mask", &topk_mask, "Top-K along the last dim by selection (out, dropped)");
+  m.def("topk_mask", &topk_mask, "Top-K along the last dim by selection (out, threshold)");
   m.def("topk_mask_backward", &topk_mask_backward, "Top-K's gradient (zero where dropped)");
 }
