@@ -236,15 +236,16 @@ class _FullSizeOps(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
-        if isinstance(out, torch.Tensor) and out.numel() == self.numel:
+        outs = out if isinstance(out, (tuple, list)) else [out]
+        if any(isinstance(o, torch.Tensor) and o.numel() == self.numel for o in outs):
             self.ops.append(str(func.overloadpacket.__name__))
         return out
 
 
 @pytest.mark.parametrize("shape", [(16, 24), (3, 5, 24)])
 def test_frozen_layernorm_is_one_fused_multiply_add(shape):
-    """After Accumulation Stop the forward makes one full-size op (addcmul) and no other;
-    values and all gradients equal the affine map's, and gradcheck passes."""
+    """After Accumulation Stop the forward makes one full-size op (no reduction, no
+    temporary); values and all gradients equal the affine map's, and gradcheck passes."""
     layer = PercentileLayerNorm(24, q=0.3, freeze_after=1).double()
     x = torch.randn(shape, dtype=torch.float64)
     layer(x)
@@ -255,7 +256,7 @@ def test_frozen_layernorm_is_one_fused_multiply_add(shape):
     recorder = _FullSizeOps(x.numel())
     with recorder:
         layer(x)
-    assert recorder.ops == ["addcmul"]
+    assert len(recorder.ops) == 1, recorder.ops
     xa = x.clone().requires_grad_(True)
     out = layer(xa)
     grad = torch.randn_like(out)
