@@ -5,11 +5,12 @@ Times ``y = act(x); y.backward(g)`` on a (4096, 1024) float32 tensor in eager mo
 plain activation (``relu``, ``gelu``, ``gelu``, ``relu``) measured in the same run, the two
 interleaved so that load from other processes hits both alike. Reports median ratios.
 
-Goals: fixed shift <= 1.10x, adaptive <= 1.5x.
+Goals: fixed shift <= 1.10x, adaptive <= 1.5x, Top-K (``gelu:topk=0.1``) <= 2x.
 
 Each pair is measured twice: with the default ATen path, and with the opt-in one-pass C++
 kernels of ``actlab.activations.native`` (built on first use, ~40 s once; skipped with a
-note if they cannot be built, or with ``--no-native``). The plain activation is the same
+note if they cannot be built, or with ``--no-native``); for Top-K these are the selection
+kernels (``csrc/selection.cpp``: select the k-th largest per row and mask, one pass back). The plain activation is the same
 ATen kernel in both.
 
 Runs on one thread by default: these elementwise kernels are memory-bound, and on a machine

@@ -33,6 +33,8 @@ from torch import Tensor
 
 ENV_VAR = "ACTLAB_NATIVE_KERNELS"
 SOURCE = Path(__file__).with_name("csrc") / "shift_kernels.cpp"
+# Order-statistic kernels (Percentile Centering, Top-K): their own extension.
+SELECTION_SOURCE = SOURCE.parent / "selection.cpp"
 # Kernel numbers shared with the C++ source.
 KINDS = {"relu": 0, "leaky_relu": 1, "gelu": 2, "silu": 3}
 
@@ -160,3 +162,17 @@ def center_forward(x: Tensor, kind: int, param: float) -> Tensor:
 def center_backward(grad: Tensor, x: Tensor, kind: int, param: float) -> Tensor:
     """``f'(x) * (grad - mean_last_dim(grad))``: the gradient of :func:`center_forward`."""
     return _module.center_backward(grad.contiguous(), x, kind, param)  # type: ignore[union-attr]
+
+
+def selection() -> ModuleType | None:
+    """The selection kernels of ``csrc/selection.cpp`` when the native kernels are enabled
+    (built on first use), else ``None``."""
+    if not _enabled:
+        return None
+    return load_extension("actlab_selection", [SELECTION_SOURCE])
+
+
+def selection_usable(x: Tensor) -> bool:
+    """Whether the selection kernels apply to ``x`` (enabled, CPU, float32/64, non-empty)."""
+    return (_enabled and x.device.type == "cpu" and x.dtype in (torch.float32, torch.float64)
+            and x.numel() > 0 and selection() is not None)

@@ -26,6 +26,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from actlab.activations import native
+
 _INTERPOLATIONS = ("linear", "lower", "higher", "nearest", "midpoint")
 
 
@@ -158,6 +160,16 @@ class _PercentileCenterScale(torch.autograd.Function):
             bshape = [1, channels] + [1] * (x.dim() - 2)
             affine_shape = bshape
         lower, frac = _selection_plan(q, n)
+        kernels = native.selection() if native.selection_usable(x) else None
+        if kernels is not None:
+            # one C++ pass per group: statistics, selection and output, the group in cache
+            xc = x.contiguous()
+            y, center, var, mean, rstd, below_idx, above_idx = kernels.percentile_norm_forward(
+                xc, weight, bias, layout == "last", lower, frac, eps)
+            ctx.save_for_backward(xc, weight, center, mean, rstd, below_idx, above_idx)
+            ctx.mark_non_differentiable(center, var)
+            ctx.meta = (layout, frac, kernels)
+            return y, center, var.reshape(bshape)
         below, below_idx, above, above_idx = _select_neighbours(flat, lower, frac > 0.0)
         center = torch.lerp(below, above, frac) if frac > 0.0 else below
         # PyTorch's fused mean-centering norms give (x - mean) * rstd, mean and rstd in one
@@ -182,6 +194,13 @@ class _PercentileCenterScale(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_y: Tensor, _grad_center: Tensor, _grad_var: Tensor):  # noqa: D102
+        if len(ctx.meta) == 3:
+            layout, frac, kernels = ctx.meta
+            x, weight, center, mean, rstd, below_idx, above_idx = ctx.saved_tensors
+            grad_x, grad_w, grad_b = kernels.percentile_norm_backward(
+                grad_y, x, weight, center, mean, rstd, below_idx, above_idx, frac,
+                layout == "last", ctx.needs_input_grad[1], ctx.needs_input_grad[2])
+            return grad_x, grad_w, grad_b, None, None, None
         x_hat, weight, rstd, center_minus_mean, below_idx, above_idx = ctx.saved_tensors
         layout, frac, n, shape, has_bias, affine_shape = ctx.meta
         dims = [-1] if layout == "last" else [0, *range(2, len(shape))]
@@ -215,6 +234,41 @@ def _frozen_affine(x: Tensor, center: Tensor, var: Tensor, weight: Tensor | None
     weight and bias), so its fused kernels do the work; no statistic is computed.
     """
     return F.batch_norm(x, center.contiguous(), var.contiguous(), weight, bias, False, 0.0, eps)
+
+
+class _FrozenRows(torch.autograd.Function):
+    """Accumulation Stop's fixed map for the LayerNorm flavour: ``x * scale + shift``.
+
+    Centre, scale and affine fold into ``scale = w / sqrt(var + eps)`` and
+    ``shift = b - center * scale`` (per position and feature, tiny), so the forward is one
+    fused multiply-add over ``x`` and the input gradient one multiply. The affine gradients
+    are LayerNorm's, with the running statistics in place of the batch's: PyTorch's fused
+    LayerNorm backward computes them in one pass over ``grad`` and ``x``.
+    """
+
+    @staticmethod
+    def forward(ctx, x: Tensor, center: Tensor, var: Tensor, weight: Tensor | None,
+                bias: Tensor | None, eps: float) -> Tensor:  # noqa: D102
+        rstd = torch.rsqrt(var + eps)
+        scale = rstd * weight if weight is not None else rstd
+        shift = bias - center * scale if bias is not None else -center * scale
+        ctx.save_for_backward(x, center, rstd, scale, weight, bias)
+        return torch.addcmul(shift, x, scale)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):  # noqa: D102
+        x, center, rstd, scale, weight, bias = ctx.saved_tensors
+        grad_x = grad * scale if ctx.needs_input_grad[0] else None
+        grad_w = grad_b = None
+        mask = [False, weight is not None and ctx.needs_input_grad[3],
+                bias is not None and ctx.needs_input_grad[4]]
+        if mask[1] or mask[2]:
+            rows = (*x.shape[:-1], 1)
+            _, grad_w, grad_b = torch.ops.aten.native_layer_norm_backward(
+                grad.contiguous(), x.contiguous(), [x.shape[-1]],
+                center.expand(rows).contiguous(), rstd.expand(rows).contiguous(),
+                weight, bias, mask)
+        return grad_x, None, None, grad_w, grad_b, None
 
 
 def _scatter_selected(grad_x: Tensor, layout: str, idx: Tensor, values: Tensor) -> None:
@@ -290,16 +344,6 @@ class _PercentileNorm(nn.Module):
     def _update(self, running: Tensor, value: Tensor) -> None:
         running.lerp_(value.detach().to(running.dtype), self.momentum)
 
-    def _apply_fixed(self, x: Tensor, center: Tensor, var: Tensor, shape: Sequence[int]) -> Tensor:
-        """``(x - center) / sqrt(var + eps)`` with affine, folded into one multiply-add."""
-        scale = torch.rsqrt(var + self.eps)
-        if self.weight is not None:
-            scale = scale * self.weight.reshape(shape)
-        shift = -center * scale
-        if self.bias is not None:
-            shift = shift + self.bias.reshape(shape)
-        return torch.addcmul(shift, x, scale)
-
     def extra_repr(self) -> str:
         return (f"{self.num_features}, q={self.q}, eps={self.eps}, momentum={self.momentum}, "
                 f"freeze_after={self.freeze_after}")
@@ -365,11 +409,14 @@ class PercentileLayerNorm(_PercentileNorm):
             raise ValueError(f"expected last dim {self.num_features}, got {tuple(x.shape)}")
         if self.frozen:
             if x.dim() == 2 and self.running_center.numel() == 1:
-                # one statistic for all rows: a per-feature map, the fused path applies
+                # one statistic for all rows, a per-feature map: eval-mode BatchNorm is one
+                # fused op with a C++ backward (measured as fast as _FrozenRows on (256, 1024),
+                # 1.7x faster on (128, 128), where per-call overhead dominates)
                 return _frozen_affine(x, self.running_center.expand(self.num_features),
-                                           self.running_var.expand(self.num_features),
-                                           self.weight, self.bias, self.eps)
-            return self._apply_fixed(x, self.running_center, self.running_var, [-1])
+                                      self.running_var.expand(self.num_features),
+                                      self.weight, self.bias, self.eps)
+            return _FrozenRows.apply(x, self.running_center, self.running_var, self.weight,
+                                     self.bias, self.eps)
         y, center, var = _PercentileCenterScale.apply(x, self.weight, self.bias, self.q, self.eps,
                                                       "last")
         center = center.reshape(var.shape)
