@@ -176,7 +176,9 @@ def _figure_png(result: ProfileResult) -> bytes:
     acts = [s.act for s in layout]
     fig, (left, mid, right) = plt.subplots(1, 3, figsize=(13, 3.6))
     for metric in ("preact_neg_frac", "sparsity", "dead_frac", "saturation_frac"):
-        left.plot(x, series(acts, metric), marker="o", label=metric)
+        values = series(acts, metric)
+        if not all(math.isnan(v) for v in values):  # saturation only for bounded sites
+            left.plot(x, values, marker="o", label=metric)
     left.set(xlabel="MLP", ylabel="share", ylim=(-0.02, 1.02), title="activation shares")
     left.legend(fontsize=7)
     mid.bar(x, series(acts, "down_input_range"))
