@@ -1,5 +1,9 @@
 """``Probe``: measure what activations do inside any model while it trains.
 
+``Probe`` owns the schedule, the hooks' lifecycle and the transfer to the host; the
+arithmetic of each metric family lives in its collector (:mod:`actlab.probe.collectors`),
+which is how :func:`actlab.register_metric` adds a metric without touching this file.
+
 How it stays cheap:
 
 * hooks exist only during recorded steps: they are registered when a recorded step begins
