@@ -31,6 +31,7 @@ from torch import Tensor, nn
 
 from actlab.errors import ConfigError
 from actlab.probe.measure import measure_once
+from actlab.probe.probe import _is_dense
 from actlab.surgery import activation_bounds, find_activations
 
 # Near-zero thresholds of the profile: |a| below each counts towards that share.
@@ -80,10 +81,6 @@ class MLPSite:
     down: str | None
     block: str | None
     gated: bool
-
-
-def _is_dense(module: nn.Module) -> bool:
-    return isinstance(module, nn.Linear) or type(module).__name__ == "Conv1D"
 
 
 def down_projection(model: nn.Module, site: str) -> str | None:
