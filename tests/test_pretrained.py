@@ -95,6 +95,21 @@ def test_relufy_toy_run(tmp_path) -> None:
     assert len(outcome.claims) == 4
 
 
+def test_pretrained_profile_records_the_shared_profile_metrics(tmp_path) -> None:
+    outcome = run_experiment("pretrained-profile", "default", {"n_texts": 2, "max_tokens": 16},
+                             options=RunOptions(out=tmp_path, progress=False))
+    assert outcome.ok, outcome.failure_lines()
+    summary = outcome.summary
+    layer = summary["layers"]["2"]
+    for metric in ("act_mean", "preact_neg_frac", "sparsity", "dead_frac", "down_input_range",
+                   "massive_ratio", "below_1e-2", "hidden_mean"):
+        assert metric in layer, metric
+    # in BERT's MLP the activation output is the down-projection input
+    assert layer["down_input_range"] == pytest.approx(layer["act_range"], rel=1e-9)
+    assert summary["down_proj_input_range"]["2"] == layer["down_input_range"]
+    assert len(summary["massive_ratios"]) == 6 and min(summary["massive_ratios"]) > 1
+
+
 def test_experiment_module_keeps_the_helper_names() -> None:
     import actlab.hf as hf
     from actlab.experiments import pretrained_profile

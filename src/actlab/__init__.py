@@ -1,7 +1,8 @@
 """actlab: measure, control and compare what activation functions do to learning.
 
-Top-level names are imported lazily so that ``import actlab`` stays fast and a
-missing optional dependency only matters where it is used.
+Top-level names and the public submodules (``actlab.theory``, ``actlab.nn``, ...) are
+imported lazily, on first use, so that ``import actlab`` stays fast (it does not import
+torch) and a missing optional dependency only matters where it is used.
 """
 
 from __future__ import annotations
@@ -21,12 +22,27 @@ _LAZY = {
     "find_activations": "actlab.surgery:find_activations",
     "patch_": "actlab.surgery:patch_",
     "relufy_": "actlab.surgery:relufy_",
+    "register_metric": "actlab.probe.collectors:register_metric",
+    "measure_once": "actlab.probe.measure:measure_once",
+    "profile_model": "actlab.profile:profile_model",
 }
+
+#: Public submodules, reachable as attributes after ``import actlab``.
+SUBMODULES = ("activations", "analysis", "cli", "curvature", "data", "errors", "experiments",
+              "hf", "init", "integrations", "measure", "nn", "probe", "profile", "runner",
+              "surgery", "theory", "train")
 
 __all__ = sorted(_LAZY) + ["__version__"]
 
 
 def __getattr__(name: str) -> Any:
+    if name in SUBMODULES:
+        try:
+            return importlib.import_module(f"{__name__}.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"{__name__}.{name}":
+                raise  # a dependency of the submodule is missing: say which
+            raise AttributeError(f"module 'actlab' has no attribute {name!r}") from None
     target = _LAZY.get(name)
     if target is None:
         raise AttributeError(f"module 'actlab' has no attribute {name!r}")
@@ -37,4 +53,4 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return __all__
+    return __all__ + list(SUBMODULES)

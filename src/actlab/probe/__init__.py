@@ -1,6 +1,8 @@
 """Probes that measure activation statistics inside any model while it trains.
 
-``Probe`` (hooks and schedule), ``metrics`` (vocabulary and reductions), ``schedule``
+``Probe`` (hooks, schedule, lifecycle, flush), ``collectors`` (one class per metric family
+and the registry behind ``register_metric``), ``measure`` (``measure_once``, the one-shot
+pass), ``metrics`` (vocabulary and reductions), ``schedule``
 (every N / log-spaced / listed steps), ``writers`` (CSV, Parquet, TensorBoard, MLflow) and
 ``plots``. Names are imported lazily so that importing the package stays cheap.
 """
@@ -17,6 +19,10 @@ _LAZY = {
     "LogSpaced": "actlab.probe.schedule:LogSpaced",
     "AtSteps": "actlab.probe.schedule:AtSteps",
     "ALL_METRICS": "actlab.probe.metrics:ALL_METRICS",
+    "Collector": "actlab.probe.collectors:Collector",
+    "register_metric": "actlab.probe.collectors:register_metric",
+    "available_metrics": "actlab.probe.collectors:available_metrics",
+    "measure_once": "actlab.probe.measure:measure_once",
     "TensorBoardWriter": "actlab.probe.writers:TensorBoardWriter",
     "MLflowWriter": "actlab.probe.writers:MLflowWriter",
     "plot_metric": "actlab.probe.plots:plot_metric",

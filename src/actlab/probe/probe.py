@@ -1,5 +1,9 @@
 """``Probe``: measure what activations do inside any model while it trains.
 
+``Probe`` owns the schedule, the hooks' lifecycle and the transfer to the host; the
+arithmetic of each metric family lives in its collector (:mod:`actlab.probe.collectors`),
+which is how :func:`actlab.register_metric` adds a metric without touching this file.
+
 How it stays cheap:
 
 * hooks exist only during recorded steps: they are registered when a recorded step begins
@@ -29,6 +33,8 @@ from torch import nn
 
 from actlab.errors import ConfigError
 from actlab.probe import metrics as M
+from actlab.probe.collectors import Collector, collectors_for
+from actlab.probe.columns import COLUMNS
 from actlab.probe.schedule import Schedule, as_schedule
 from actlab.surgery import (
     Where,
@@ -38,7 +44,6 @@ from actlab.surgery import (
     select_sites,
 )
 
-COLUMNS = ["step", "layer", "metric", "value"]
 _CONV = (nn.Conv1d, nn.Conv2d, nn.Conv3d)
 
 
@@ -70,32 +75,34 @@ def _is_dense(module: nn.Module) -> bool:
         type(module).__name__ == "Conv1D" and not isinstance(module, _CONV))
 
 
-@dataclass
-class _Site:
+# One collector's passes in the running step: (device raw, host metadata) per pass.
+_Passes = dict[Collector, list[tuple[torch.Tensor, Any]]]
+
+
+@dataclass(eq=False)
+class _Where:
+    """A place the probe measures (site, block, module input) and its passes in this step."""
+
     name: str
     module: nn.Module
-    bounds: tuple[float, float] | None
-    fwd: list[tuple[torch.Tensor, int, int]] = field(default_factory=list)
-    bwd: list[tuple[torch.Tensor, int, int, int]] = field(default_factory=list)
+    bounds: tuple[float, float] | None = None
+    eps: float = 1e-7
+    tol: float = 0.01
+    scratch: Callable[[int, torch.Tensor], torch.Tensor] | None = None
+    after_conv: bool = False  # the last weight layer run before this site was a convolution
+    passes: _Passes = field(default_factory=dict)
     hist: torch.Tensor | None = None
     pending: torch.Tensor | None = None  # input of an in-place site, read before the call
 
 
-@dataclass
+@dataclass(eq=False)
 class _Weight:
     name: str
     param: nn.Parameter
     w0: torch.Tensor
     w_prev: torch.Tensor
     std0: torch.Tensor
-    grad: torch.Tensor | None = None
-
-
-@dataclass
-class _Block:
-    name: str
-    module: nn.Module
-    fwd: list[tuple[torch.Tensor, int]] = field(default_factory=list)
+    passes: _Passes = field(default_factory=dict)
 
 
 class Probe:
@@ -108,15 +115,20 @@ class Probe:
         activations: sites to probe: ``None`` finds them (:func:`actlab.find_activations`);
             names or glob patterns of any submodules, a predicate ``(name, module) -> bool``,
             or ``False`` for none.
-        blocks: residual blocks (modules or names) whose output mean is ``hidden_mean``.
-        metrics: names from :data:`actlab.probe.metrics.ALL_METRICS` (default: all).
+        blocks: residual blocks (modules or names) whose output the ``block`` metrics read
+            (``hidden_mean``, ``massive_ratio``).
+        metrics: metric names (default: :data:`actlab.probe.metrics.ALL_METRICS`); any name
+            of :func:`actlab.probe.collectors.available_metrics`, including metrics added with
+            :func:`actlab.register_metric`.
         weights: Linear/conv layers whose ``.weight`` is tracked: ``None`` = all, names,
             patterns or a predicate, ``False`` = none. Keeps two copies of each (initial and
             previously recorded) on the weight's device.
-        eps: threshold of ``sparsity`` (``|a| < eps``) and of ``dead_units``.
+        eps: threshold of ``sparsity`` (``|a| < eps``) and of the dead-unit metrics.
         saturation_tol: distance to an output bound counted as saturated.
         histograms: number of fixed bins for pre-/post-activation histograms (``None``: off).
         hist_range: ``(low, high)`` of the histogram bins; values outside go to the edge bins.
+        inputs: modules (or names) whose *input* the ``input`` metrics read, e.g. MLP
+            down-projections for ``down_input_range``.
     """
 
     def __init__(
@@ -132,6 +144,7 @@ class Probe:
         saturation_tol: float = 0.01,
         histograms: int | None = None,
         hist_range: tuple[float, float] = (-8.0, 8.0),
+        inputs: Iterable[nn.Module | str] | None = None,
     ) -> None:
         self.model = model
         self.schedule = as_schedule(every)
@@ -145,19 +158,28 @@ class Probe:
         self.hist_bins = histograms
         self.hist_range = (float(hist_range[0]), float(hist_range[1]))
 
+        collectors = collectors_for(self.metrics)
+        self._by_target: dict[str, list[Collector]] = {}
+        for collector in collectors:
+            self._by_target.setdefault(collector.target, []).append(collector)
+
         named = dict(model.named_modules())
-        self.sites = [_Site(n, m, activation_bounds(m)) for n, m in
+        self.sites = [self._where(n, m, activation_bounds(m)) for n, m in
                       self._resolve_sites(model, named, activations).items()]
-        self.blocks = [_Block(n, m) for n, m in self._resolve_blocks(named, blocks).items()]
+        self.blocks = [self._where(n, m) for n, m in self._resolve_blocks(named, blocks).items()]
+        self.inputs = [self._where(n, m) for n, m in self._resolve_blocks(named, inputs).items()]
         self.weights = self._snapshot_weights(named, weights)
 
-        wanted = set(self.metrics)
-        self._want_fwd = bool(wanted & set(M.ACT_FORWARD))
-        self._want_bwd = bool(wanted & set(M.ACT_BACKWARD))
-        self._want_cov = "preact_grad_cov" in wanted
-        self._want_wstate = bool(wanted & set(M.WEIGHT_STATE))
-        self._want_wgrad = bool(wanted & set(M.WEIGHT_GRAD))
-        self._want_blocks = "hidden_mean" in wanted
+        self._site_collectors = self._by_target.get("site", [])
+        self._grad_collectors = self._by_target.get("grad", [])
+        self._want_fwd = bool(self._site_collectors)
+        self._want_bwd = bool(self._grad_collectors)
+        self._want_cov = "preact_grad_cov" in self.metrics
+        self._want_kind = any(c.needs_layer_kind for c in collectors)
+        self._want_wstate = "weight" in self._by_target
+        self._want_wgrad = "wgrad" in self._by_target
+        self._want_blocks = "block" in self._by_target
+        self._want_inputs = "input" in self._by_target
 
         self._step = 0
         self._handles: list[Any] = []
@@ -165,13 +187,15 @@ class Probe:
         self._paused = False
         self._closed = False
         self._last_linear: tuple[torch.Tensor, torch.Tensor, nn.Module] | None = None
+        self._last_conv = False
         # Linear layers that fed a site (learned in the first recorded step; later steps hook
         # only these instead of every Linear)
         self._feeders: dict[int, nn.Module] = {}
         self._feeders_known = False
         self._saw_site = False
         self._buffers: dict[tuple[torch.dtype, torch.device], torch.Tensor] = {}
-        self._records: list[tuple] = []  # device-side, not yet read
+        # device-side, not yet read: (collector or None for histograms, step, where, raws, metas)
+        self._records: list[tuple[Collector | None, int, Any, list[torch.Tensor], list[Any]]] = []
         self._rows: list[tuple[int, str, str, float]] = []  # host-side
         self._hist_rows: list[tuple[int, str, str, np.ndarray]] = []
         self._written: dict[int, int] = {}
@@ -181,15 +205,16 @@ class Probe:
             self._record_weights(0)
 
     # ------------------------------------------------------------------ construction helpers
+    def _where(self, name: str, module: nn.Module,
+               bounds: tuple[float, float] | None = None) -> _Where:
+        return _Where(name, module, bounds, self.eps, self.saturation_tol, self._scratch)
+
     @staticmethod
     def _check_metrics(metrics: Iterable[str] | None) -> tuple[str, ...]:
         if metrics is None:
             return M.ALL_METRICS
         chosen = (metrics,) if isinstance(metrics, str) else tuple(metrics)
-        for name in chosen:
-            if name not in M.ALL_METRICS:
-                raise ValueError(f"unknown metric {name!r}; closest: "
-                                 f"{closest_names(name, M.ALL_METRICS)}")
+        collectors_for(chosen)  # ValueError naming the closest for an unknown name
         return chosen
 
     @staticmethod
@@ -221,8 +246,7 @@ class Probe:
         return out
 
     def _snapshot_weights(self, named: dict[str, nn.Module], weights: Where | bool) -> list[_Weight]:
-        wanted = set(self.metrics) & set(M.WEIGHT_STATE + M.WEIGHT_GRAD)
-        if weights is False or not wanted:
+        if weights is False or not ({"weight", "wgrad"} & set(self._by_target)):
             return []
         layers = {n: m for n, m in named.items() if _is_weight_layer(m)}
         if weights is not None and weights is not True:
@@ -247,7 +271,7 @@ class Probe:
                 if getattr(site.module, "inplace", False):
                     # an in-place activation overwrites its input: read it before the call
                     add(site.module.register_forward_pre_hook(self._make_pre_hook(site)))
-                    add(site.module.register_forward_hook(self._make_post_hook(site, None)))
+                    add(site.module.register_forward_hook(self._make_post_hook(site)))
                 else:
                     add(site.module.register_forward_hook(self._make_site_hook(site)))
             if self._want_cov:
@@ -255,9 +279,16 @@ class Probe:
                          else [m for m in self.model.modules() if _is_dense(m)])
                 for module in dense:
                     add(module.register_forward_hook(self._linear_hook))
+            if self._want_kind:
+                for module in self.model.modules():
+                    if _is_weight_layer(module):
+                        add(module.register_forward_hook(self._kind_hook))
         if self._want_blocks:
             for block in self.blocks:
                 add(block.module.register_forward_hook(self._make_block_hook(block)))
+        if self._want_inputs:
+            for where in self.inputs:
+                add(where.module.register_forward_hook(self._make_input_hook(where)))
         if self._want_wgrad:
             for weight in self.weights:
                 if weight.param.requires_grad:
@@ -276,6 +307,9 @@ class Probe:
         if not self._paused and inputs and isinstance(output, torch.Tensor):
             self._last_linear = (output, inputs[0], module)
 
+    def _kind_hook(self, module: nn.Module, inputs: tuple, output: Any) -> None:
+        self._last_conv = isinstance(module, _CONV)
+
     def _feeding_rows(self, p: torch.Tensor) -> tuple[torch.Tensor | None, int]:
         """Row sums of the input of the Linear whose output *is* ``p`` (same tensor object)."""
         self._saw_site = True  # a backward-tracked site pass happened: feeders can be learned
@@ -286,13 +320,16 @@ class Probe:
         self._feeders[id(last[2])] = last[2]
         return M.input_row_sums(x), x.shape[-1]
 
-    def _observe(self, site: _Site, p: torch.Tensor, a: torch.Tensor | None) -> None:
+    @staticmethod
+    def _observe_into(where: _Where | _Weight, collectors: list[Collector], *tensors: Any) -> None:
+        for collector in collectors:
+            where.passes.setdefault(collector, []).append(collector.observe(where, *tensors))
+
+    def _observe(self, site: _Where, p: torch.Tensor, a: torch.Tensor | None) -> None:
         if a is None:
             return
-        if self._want_fwd:
-            raw = M.forward_raw(p, a, self.eps, site.bounds, self.saturation_tol,
-                                self._scratch(max(p.numel(), a.numel()), p))
-            site.fwd.append((raw, p.numel(), a.numel()))
+        site.after_conv = self._last_conv
+        self._observe_into(site, self._site_collectors, p, a)
         if self.hist_bins is not None:
             low, high = self.hist_range
             counts = torch.stack([M.histogram_raw(p, self.hist_bins, low, high),
@@ -309,20 +346,20 @@ class Probe:
             self._buffers[key] = buf
         return buf
 
-    def _register_grad(self, site: _Site, p: torch.Tensor) -> None:
+    def _register_grad(self, site: _Where, p: torch.Tensor) -> None:
         if not (self._want_bwd and p.requires_grad and torch.is_grad_enabled()):
             return
         x_rows, d_in = self._feeding_rows(p)
         fan = p.shape[-1] * d_in if x_rows is not None else 0
-        rows = p.numel() // max(p.shape[-1], 1) if p.dim() else 1
+        collectors = self._grad_collectors
 
         def on_grad(g: torch.Tensor) -> None:
             if not self._closed:
-                site.bwd.append((M.backward_raw(g, x_rows), g.numel(), rows, fan))
+                self._observe_into(site, collectors, g, x_rows, fan)
 
         p.register_hook(on_grad)
 
-    def _make_site_hook(self, site: _Site) -> Callable:
+    def _make_site_hook(self, site: _Where) -> Callable:
         def hook(module: nn.Module, inputs: tuple, output: Any) -> None:
             if self._paused or not inputs or not isinstance(inputs[0], torch.Tensor):
                 return
@@ -332,7 +369,7 @@ class Probe:
             self._register_grad(site, p)
         return hook
 
-    def _make_pre_hook(self, site: _Site) -> Callable:
+    def _make_pre_hook(self, site: _Where) -> Callable:
         def hook(module: nn.Module, inputs: tuple) -> None:
             if self._paused or not inputs or not isinstance(inputs[0], torch.Tensor):
                 return
@@ -342,7 +379,7 @@ class Probe:
             self._register_grad(site, p)
         return hook
 
-    def _make_post_hook(self, site: _Site, _: None) -> Callable:
+    def _make_post_hook(self, site: _Where) -> Callable:
         def hook(module: nn.Module, inputs: tuple, output: Any) -> None:
             p = site.pending
             if self._paused or p is None or not isinstance(output, torch.Tensor):
@@ -351,19 +388,31 @@ class Probe:
             self._observe(site, p, output)
         return hook
 
-    def _make_block_hook(self, block: _Block) -> Callable:
+    def _make_block_hook(self, block: _Where) -> Callable:
+        collectors = self._by_target.get("block", [])
+
         def hook(module: nn.Module, inputs: tuple, output: Any) -> None:
             h = _first_tensor(output)
-            if self._paused or h is None:
-                return
-            block.fwd.append((M._stat_dtype(h.detach()).sum(), h.numel()))
+            if not self._paused and h is not None:
+                self._observe_into(block, collectors, h)
+        return hook
+
+    def _make_input_hook(self, where: _Where) -> Callable:
+        collectors = self._by_target.get("input", [])
+
+        def hook(module: nn.Module, inputs: tuple, output: Any) -> None:
+            if not self._paused and inputs and isinstance(inputs[0], torch.Tensor):
+                self._observe_into(where, collectors, inputs[0])
         return hook
 
     def _make_grad_hook(self, weight: _Weight) -> Callable:
+        collectors = self._by_target.get("wgrad", [])
+
         def hook(param: torch.Tensor) -> None:
-            # the last call of a step sees the fully accumulated gradient
+            # the last call of a step sees the fully accumulated gradient: it replaces the others
             if not self._closed and param.grad is not None:
-                weight.grad = M.grad_raw(param.grad)
+                for collector in collectors:
+                    weight.passes[collector] = [collector.observe(weight, param.grad)]
         return hook
 
     # ------------------------------------------------------------------ stepping
@@ -372,31 +421,21 @@ class Probe:
             return
         with torch.no_grad():
             for weight in self.weights:
-                raw = M.weight_raw_(weight.param, weight.w0, weight.w_prev, weight.std0)
-                self._records.append(("weight", step, weight.name, [raw], weight.w0.numel()))
+                for collector in self._by_target["weight"]:
+                    raw, meta = collector.observe(weight, weight.param, weight)
+                    self._records.append((collector, step, weight, [raw], [meta]))
 
     def _close_step(self, step: int) -> None:
         # Only list moves here: stacking and conversion wait for flush(), off the hot path.
+        for where in (*self.sites, *self.blocks, *self.inputs, *self.weights):
+            for collector, passes in where.passes.items():
+                self._records.append((collector, step, where, [r for r, _ in passes],
+                                      [m for _, m in passes]))
+            where.passes = {}
         for site in self.sites:
-            if site.fwd:
-                self._records.append(("fwd", step, site.name, [r for r, _, _ in site.fwd],
-                                      site.fwd, site.bounds is not None))
-                site.fwd = []
-            if site.bwd:
-                self._records.append(("bwd", step, site.name, [r for r, *_ in site.bwd], site.bwd))
-                site.bwd = []
             if site.hist is not None:
-                self._records.append(("hist", step, site.name, [site.hist]))
+                self._records.append((None, step, site, [site.hist], []))
                 site.hist = None
-        for block in self.blocks:
-            if block.fwd:
-                self._records.append(("block", step, block.name, [r for r, _ in block.fwd],
-                                      block.fwd))
-                block.fwd = []
-        for weight in self.weights:
-            if weight.grad is not None:
-                self._records.append(("grad", step, weight.name, [weight.grad], weight.w0.numel()))
-                weight.grad = None
         self._last_linear = None
 
     def step(self) -> None:
@@ -442,32 +481,16 @@ class Probe:
                 offset += size
         wanted = set(self.metrics)
         cursor = 0
-        for rec in self._records:
-            kind, step, name, parts = rec[0], rec[1], rec[2], rec[3]
+        for collector, step, where, parts, metas in self._records:
             values = np.stack(host[cursor:cursor + len(parts)])
             cursor += len(parts)
-            if kind == "fwd":
-                n_pre = np.array([n for _, n, _ in rec[4]], dtype=np.float64)
-                n_post = np.array([n for _, _, n in rec[4]], dtype=np.float64)
-                out = M.combine_forward(values, n_pre, n_post, rec[5])
-            elif kind == "bwd":
-                info = np.array([[n, rows, fan] for _, n, rows, fan in rec[4]], dtype=np.float64)
-                has_cov = bool((info[:, 2] > 0).all())
-                out = M.combine_backward(values, info[:, 0], info[:, 1],
-                                         info[:, 2] if has_cov else None)
-            elif kind == "block":
-                n = np.array([n for _, n in rec[4]], dtype=np.float64)
-                out = {"hidden_mean": float(values.sum() / n.sum())}
-            elif kind == "weight":
-                out = M.combine_weight(values[0], rec[4])
-            elif kind == "grad":
-                out = M.combine_grad(values[0], rec[4])
-            else:  # hist
-                self._hist_rows.append((step, name, "pre", values[0][0].copy()))
-                self._hist_rows.append((step, name, "post", values[0][1].copy()))
+            if collector is None:  # histogram counts: pre and post
+                self._hist_rows.append((step, where.name, "pre", values[0][0].copy()))
+                self._hist_rows.append((step, where.name, "post", values[0][1].copy()))
                 continue
-            self._rows.extend((step, name, metric, value) for metric, value in out.items()
-                              if metric in wanted)
+            out = collector.combine(where, values, metas)
+            self._rows.extend((step, where.name, metric, float(value))
+                              for metric, value in out.items() if metric in wanted)
         self._records.clear()
 
     def table(self) -> pd.DataFrame:
@@ -494,7 +517,7 @@ class Probe:
                    ) -> pd.DataFrame:
         """Per site, the share of units never active (``|a| > eps``) over the whole ``loader``.
 
-        Exact: a per-unit "ever active" mask is OR-ed over all batches on the device. Beside it,
+        Exact: a per-unit "ever active" mask is OR-ed over all batches. Beside it,
         ``dead_frac_per_batch`` is the mean over batches of the share of units inactive on that
         batch alone, the estimate one mini-batch would give (never below the exact value).
         A unit is a feature of the last dimension, or a channel (dim 1) when the last weight
@@ -502,78 +525,41 @@ class Probe:
         switch train/eval mode: call ``model.eval()`` first if you want inference behaviour.
         ``forward(batch)`` runs the model; by default dict batches are passed as keywords,
         tuples/lists by their first element, tensors as they are (moved to the model's device).
+        One pass of :func:`actlab.measure_once` with the dead-unit metrics.
 
         Returns a DataFrame with columns layer, units, dead_frac, dead_frac_per_batch, batches.
         """
-        state: dict[str, dict[str, Any]] = {s.name: {} for s in self.sites}
-        last_conv = [False]
-        handles = []
+        from actlab.probe.measure import measure_once
 
-        def track(module: nn.Module, inputs: tuple, output: Any) -> None:
-            last_conv[0] = isinstance(module, _CONV)
+        names = {site.name for site in self.sites}
+        batches = [0]
 
-        def make(site: _Site) -> Callable:
-            def hook(module: nn.Module, inputs: tuple, output: Any) -> None:
-                if not isinstance(output, torch.Tensor):
-                    return
-                a = output.detach()
-                dim = 1 if last_conv[0] and a.dim() >= 3 else -1
-                active = (a.abs() > self.eps).movedim(dim, -1).reshape(-1, a.shape[dim]).any(0)
-                st = state[site.name]
-                if "ever" not in st:
-                    st["ever"] = torch.zeros_like(active)
-                    st["per_batch"] = torch.zeros((), dtype=torch.float64, device=a.device)
-                    st["hits"] = 0
-                st["ever"] |= active
-                st["per_batch"] += (~active).sum().to(torch.float64) / active.numel()
-                st["hits"] += 1
-            return hook
+        def counted() -> Iterable[Any]:
+            for batch in loader:
+                batches[0] += 1
+                yield batch
 
-        for module in self.model.modules():
-            if _is_weight_layer(module):
-                handles.append(module.register_forward_hook(track))
-        for site in self.sites:
-            handles.append(site.module.register_forward_hook(make(site)))
-        self._paused = True
-        batches = 0
+        self._paused = True  # this probe's own hooks must not see the extra passes
         try:
-            with torch.no_grad():
-                for batch in loader:
-                    last_conv[0] = False
-                    (forward or self._default_forward)(batch)
-                    batches += 1
+            table = measure_once(self.model, counted(), metrics=("dead_frac", "dead_frac_per_batch",
+                                                                 "n_units"),
+                                 activations=lambda name, module: name in names, eps=self.eps,
+                                 forward=forward)
         finally:
             self._paused = False
-            for handle in handles:
-                handle.remove()
-        rows = []
-        for site in self.sites:
-            st = state[site.name]
-            if "ever" not in st:
-                continue
-            ever = st["ever"]
-            rows.append({
-                "layer": site.name,
-                "units": int(ever.numel()),
-                "dead_frac": float((~ever).sum()) / ever.numel(),
-                "dead_frac_per_batch": float(st["per_batch"]) / st["hits"],
-                "batches": batches,
-            })
+        wide = table.pivot(index="layer", columns="metric", values="value")
+        rows = [{"layer": site.name, "units": int(wide.at[site.name, "n_units"]),
+                 "dead_frac": float(wide.at[site.name, "dead_frac"]),
+                 "dead_frac_per_batch": float(wide.at[site.name, "dead_frac_per_batch"]),
+                 "batches": batches[0]}
+                for site in self.sites if site.name in wide.index]
         return pd.DataFrame(rows, columns=["layer", "units", "dead_frac", "dead_frac_per_batch",
                                            "batches"])
 
     def _default_forward(self, batch: Any) -> Any:
-        param = next(self.model.parameters(), None)
-        device = param.device if param is not None else None
+        from actlab.probe.measure import default_forward
 
-        def move(x: Any) -> Any:
-            return x.to(device) if isinstance(x, torch.Tensor) and device is not None else x
-
-        if isinstance(batch, Mapping):
-            return self.model(**{k: move(v) for k, v in batch.items()})
-        if isinstance(batch, (list, tuple)):
-            return self.model(move(batch[0]))
-        return self.model(move(batch))
+        return default_forward(self.model, batch)
 
     # ------------------------------------------------------------------ writers
     def write(self, writer: Any) -> int:
