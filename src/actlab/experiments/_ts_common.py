@@ -42,7 +42,7 @@ from actlab.data.synthetic import GaussianStream, gaussian_inputs, seed_generato
 from actlab.errors import ConfigError
 from actlab.nn.residual_mlp import ResidualMLP
 from actlab.train.ensemble import Ensemble, EnsembleTrainer
-from actlab.train.functional_optim import make_optimizer
+from actlab.train.optim import make_functional_optimizer
 
 LOSSES = ("mse", "soft_ce")
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
@@ -250,7 +250,7 @@ def train_students(
     # only in buffers (the shift), so one batched forward serves them all.
     ens = Ensemble({"all": [m for c in names for m in students[c]]})
     loss_fn = loss_function(settings.loss)
-    trainer = EnsembleTrainer(ens, loss_fn, make_optimizer(settings.optimizer, lr=settings.lr))
+    trainer = EnsembleTrainer(ens, loss_fn, make_functional_optimizer(settings.optimizer, lr=settings.lr))
 
     def member_index(condition: str, seed_index: int) -> int:
         return names.index(condition) * n + seed_index
