@@ -15,13 +15,13 @@ thin wrappers that choose conditions and turn the table into figures and summari
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 from actlab.analysis import (  # noqa: F401 (re-exported for the experiments)
@@ -41,10 +41,20 @@ from actlab.analysis import pyplot as _pyplot  # noqa: F401
 from actlab.data.synthetic import GaussianStream, gaussian_inputs, seed_generator, soft_targets
 from actlab.errors import ConfigError
 from actlab.nn.residual_mlp import ResidualMLP
+from actlab.train.callbacks import (
+    CurvatureSchedule,
+    EvalLog,
+    GradientAngle,
+    LossHistory,
+    top_curvature,
+)
 from actlab.train.ensemble import Ensemble, EnsembleTrainer
-from actlab.train.optim import make_functional_optimizer
+from actlab.train.losses import get_loss
+from actlab.train.optim import OPTIMIZERS, functional_optimizer_for
+from actlab.train.settings import TrainSettings, settings_from
 
-LOSSES = ("mse", "soft_ce")
+LOSSES = ("mse", "soft_ce")  # "mse" is the engine's mse_mean (F.mse_loss), soft_ce its
+# soft_cross_entropy (see actlab.train.losses)
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
 PAPER_ACTIVATIONS = ("relu", "gelu", "silu", "sigmoid")
 
@@ -83,12 +93,16 @@ class ModelSettings:
             raise ConfigError("norm", f"must be 'pre' or 'post', got {self.norm!r}")
         if self.loss not in LOSSES:
             raise ConfigError("loss", f"must be one of {', '.join(LOSSES)}, got {self.loss!r}")
-        if self.optimizer not in ("adam", "sgd"):
-            raise ConfigError("optimizer", f"must be 'adam' or 'sgd', got {self.optimizer!r}")
-        if not self.lr > 0:
-            raise ConfigError("lr", f"must be > 0, got {self.lr}")
+        if self.optimizer not in OPTIMIZERS:
+            raise ConfigError("optimizer", f"must be one of {', '.join(OPTIMIZERS)}, "
+                              f"got {self.optimizer!r}")
         if self.dtype not in DTYPES:
             raise ConfigError("dtype", f"must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
+        self.train_settings()  # the engine checks the rest (lr, ...)
+
+    def train_settings(self) -> TrainSettings:
+        """The engine settings these flat fields compose (optimizer, lr, steps, ...)."""
+        return settings_from(self, loss=self.loss)
 
 
 def validate_activations(field_name: str, specs: Sequence[str]) -> None:
@@ -127,10 +141,8 @@ def shifted_spec(activation: str, b: float | str) -> str:
 
 
 def loss_function(name: str) -> Callable[[Tensor, Tensor], Tensor]:
-    """The per-member loss: MSE, or soft-target cross-entropy against teacher probabilities."""
-    if name == "mse":
-        return F.mse_loss
-    return F.cross_entropy  # targets are probabilities (see targets_from_teacher)
+    """The per-member loss: ``mse`` (mean) or ``soft_ce`` against teacher probabilities."""
+    return get_loss(name)
 
 
 # --------------------------------------------------------------------------- training
@@ -213,10 +225,6 @@ def targets_from_teacher(teacher: Ensemble, x: Tensor, loss: str) -> Tensor:
     return soft_targets(y) if loss == "soft_ce" else y
 
 
-def _flat_grads(grads: dict[str, Tensor], seeds: int) -> Tensor:
-    return torch.cat([g.reshape(seeds, -1) for g in grads.values()], dim=1)
-
-
 def train_students(
     settings: ModelSettings,
     activation: str,
@@ -239,103 +247,100 @@ def train_students(
     the first ``curvature_seeds`` seeds at ``curvature_points`` logged steps. ``on_start``
     sees ``(teachers, students, x_eval, y_eval)`` before the first update (landscapes).
     """
-    seeds = list(seeds)
-    n = len(seeds)
-    names = list(conditions)
-    C = len(names)
-    dtype = DTYPES[settings.dtype]
+    seeds, names = list(seeds), list(conditions)
+    n, C = len(seeds), len(names)
+    engine = settings.train_settings()
     teachers, students = build_models(settings, activation, conditions, seeds)
     teacher = Ensemble({"teacher": teachers})
     # All conditions x seeds in one vmapped group (condition-major): the conditions differ
     # only in buffers (the shift), so one batched forward serves them all.
     ens = Ensemble({"all": [m for c in names for m in students[c]]})
-    loss_fn = loss_function(settings.loss)
-    trainer = EnsembleTrainer(ens, loss_fn, make_functional_optimizer(settings.optimizer, lr=settings.lr))
-
-    def member_index(condition: str, seed_index: int) -> int:
-        return names.index(condition) * n + seed_index
+    loss_fn = get_loss(engine.loss)
+    trainer = EnsembleTrainer(ens, loss_fn, functional_optimizer_for(engine))
+    members = _MemberView(ens, names, n)
 
     def per_member(t: Tensor) -> Tensor:  # (S, ...) -> (C*S, ...): paired batches
         return t.repeat(C, *([1] * (t.dim() - 1)))
 
-    x_eval = gaussian_inputs(seeds, settings.eval_size, settings.d, "eval", dtype)
+    x_eval = gaussian_inputs(seeds, settings.eval_size, settings.d, "eval", engine.torch_dtype)
     y_eval = targets_from_teacher(teacher, x_eval, settings.loss)
     x_eval_m, y_eval_m = per_member(x_eval), per_member(y_eval)
     # Soft-target CE never reaches zero: log KL = CE - H(teacher) so curves are comparable.
-    floor = torch.zeros(C * n, dtype=dtype)
+    floor = torch.zeros(C * n, dtype=engine.torch_dtype)
     if settings.loss == "soft_ce":
         floor = -(y_eval_m * torch.log(y_eval_m.clamp_min(1e-30))).sum(-1).mean(-1)
     if on_start is not None:
-        on_start(teacher, _MemberView(ens, names, n), x_eval, y_eval)
+        on_start(teacher, members, x_eval, y_eval)
 
-    early = max(1, round(0.05 * settings.steps))
-    steps = log_steps(settings.steps, settings.log_points, also=[early])
+    steps = log_steps(settings.steps, settings.log_points,
+                      also=[max(1, round(0.05 * settings.steps))])
     curv_steps: set[int] = set()
     if curvature_seeds and curvature_points:
         idx = np.unique(np.round(np.geomspace(1, len(steps), curvature_points)).astype(int) - 1)
         curv_steps = {steps[i] for i in idx} | {steps[-1]}
-    T, L = len(steps), settings.L
-    eval_loss = {c: np.full((n, T), np.nan) for c in names}
-    hidden = {c: np.full((n, T, L), np.nan) for c in names}
-    post = {c: np.full((n, T, L), np.nan) for c in names}
-    train_loss = {c: np.full((n, settings.steps), np.nan) for c in names}
-    run = StudentRun(names, seeds, steps, eval_loss, hidden, post, train_loss, {})
-    if checkpoint_seed_index is not None:
-        run.checkpoints = {c: [] for c in names}
 
-    def split(t: Tensor) -> dict[str, np.ndarray]:
-        arr = t.detach().double().reshape(C, n, *t.shape[1:]).numpy()
-        return {c: arr[i] for i, c in enumerate(names)}
-
-    def log(ti: int, step: int) -> None:
+    def measure(_: Any) -> dict[str, Any]:
         with torch.no_grad():
             out, stats = ens.call(x_eval_m, return_stats=True)["all"]
-            losses = split(torch.vmap(loss_fn)(out, y_eval_m) - floor)
-            hid, pst = split(stats["hidden_mean"]), split(stats["post_act_mean"])
-            flat = ens.flat_params("all") if checkpoint_seed_index is not None else None
-        for c in names:
-            eval_loss[c][:, ti] = losses[c]
-            hidden[c][:, ti] = hid[c]
-            post[c][:, ti] = pst[c]
-            if flat is not None:
-                run.checkpoints[c].append(flat[member_index(c, checkpoint_seed_index)].clone())
-        if step in curv_steps and curvature_fn is not None:
-            for c in names:
-                for si in range(min(curvature_seeds, n)):
-                    batch = (x_eval[si], y_eval[si])
-                    model = ens.member("all", member_index(c, si))
-                    for kind, value in curvature_fn(model, batch).items():
-                        run.curvature.append((c, seeds[si], step, kind, value))
+            row = {"eval_loss": torch.vmap(loss_fn)(out, y_eval_m) - floor,
+                   "hidden_mean": stats["hidden_mean"], "post_act_mean": stats["post_act_mean"]}
+            if checkpoint_seed_index is not None:
+                flat = ens.flat_params("all")
+                row["checkpoints"] = [flat[i * n + checkpoint_seed_index].clone() for i in range(C)]
+        return row
 
-    angle_set = {int(k) for k in angle_steps}
-    stream = GaussianStream(seeds, settings.batch_size, settings.d, dtype)
-    ti = 0
-    for step in progress(range(settings.steps + 1), desc=activation, leave=False):
-        if ti < T and steps[ti] == step:
-            log(ti, step)
-            ti += 1
-        if step == settings.steps:
-            break
+    def curvature_targets(_: Any) -> dict[Any, Any]:
+        return {(c, si): (members.member(c, si), (x_eval[si], y_eval[si]))
+                for c in names for si in range(min(curvature_seeds, n))}
+
+    history, log = LossHistory(), EvalLog(measure, at=steps)
+    angles = GradientAngle(angle_steps if C >= 2 else (), range(n), range(n, 2 * n))
+    callbacks: list[Any] = [history, angles, log]
+    if curv_steps and curvature_fn is not None:
+        callbacks.append(curv := CurvatureSchedule(curvature_targets, measure=curvature_fn,
+                                                   at=curv_steps))
+    stream = GaussianStream(seeds, settings.batch_size, settings.d, engine.torch_dtype)
+
+    def batch(_: int) -> tuple[Tensor, Tensor]:
         x = next(stream)
-        y = targets_from_teacher(teacher, x, settings.loss)
-        want_grads = (step + 1) in angle_set and C >= 2
-        out = trainer.step(per_member(x), per_member(y), return_grads=want_grads)
-        for c, values in split(out.losses["all"]).items():
-            train_loss[c][:, step] = values
-        if want_grads:
-            g = _flat_grads(out.grads["all"], C * n).double()
-            g0, g1 = g[:n], g[n:2 * n]
-            cos = (g0 * g1).sum(1) / (g0.norm(dim=1) * g1.norm(dim=1))
-            run.grad_angles[step + 1] = torch.rad2deg(torch.arccos(cos.clamp(-1, 1))).numpy()
+        return per_member(x), per_member(targets_from_teacher(teacher, x, settings.loss))
+
+    trainer.fit(settings.steps, batch, callbacks,
+                progress=lambda it: progress(it, desc=activation, leave=False))
+    run = _collect(names, seeds, steps, log.rows, history.values(), trainer, members)
+    run.grad_angles = {k: np.asarray(v) for k, v in angles.angles.items()}
+    if curv_steps and curvature_fn is not None:
+        run.curvature = [(r["key"][0], seeds[r["key"][1]], r["step"], kind, value)
+                         for r in curv.rows for kind, value in r.items()
+                         if kind not in ("step", "key")]
+    return run
+
+
+def _collect(names: list[str], seeds: list[int], steps: list[int], rows: list[dict[str, Any]],
+             losses: list[Any], trainer: EnsembleTrainer, members: _MemberView) -> StudentRun:
+    """The logged rows as per-condition arrays; a diverged member's curves end where its
+    training loss stopped being finite."""
+    n, C = len(seeds), len(names)
+
+    def split(key: str) -> dict[str, np.ndarray]:
+        arr = np.stack([r[key].detach().double().numpy() for r in rows], axis=1)  # (C*S, T, ...)
+        return {c: arr[i * n:(i + 1) * n] for i, c in enumerate(names)}
+
+    train = np.asarray(losses, dtype=np.float64).reshape(len(losses), C * n).T
     dead = trainer.diverged[0].reshape(C, n).numpy()
-    run.diverged = {c: dead[i].copy() for i, c in enumerate(names)}
-    for c in names:  # a diverged member's curves end where its training loss stopped being finite
+    run = StudentRun(names, seeds, steps, split("eval_loss"), split("hidden_mean"),
+                     split("post_act_mean"), {c: train[i * n:(i + 1) * n] for i, c in
+                                              enumerate(names)},
+                     {c: dead[i].copy() for i, c in enumerate(names)})
+    if rows and "checkpoints" in rows[0]:
+        run.checkpoints = {c: [r["checkpoints"][i] for r in rows] for i, c in enumerate(names)}
+    for c in names:
         for si in np.flatnonzero(run.diverged[c]):
-            bad = np.flatnonzero(~np.isfinite(train_loss[c][si]))
+            bad = np.flatnonzero(~np.isfinite(run.train_loss[c][si]))
             after = np.asarray(steps) > (bad[0] if bad.size else -1)
-            for array in (eval_loss[c], hidden[c], post[c]):
+            for array in (run.eval_loss[c], run.hidden_mean[c], run.post_act_mean[c]):
                 array[si, after] = np.nan
-    run.extras["members"] = _MemberView(ens, names, n)
+    run.extras["members"] = members
     return run
 
 
@@ -355,27 +360,9 @@ class _MemberView:
         return self.ens.flat_params("all")[i: i + self.seeds]
 
 
-def curvature_top(
-    loss: str, tol: float = 1e-3, max_iter: int = 40
-) -> Callable[[torch.nn.Module, tuple[Tensor, Tensor]], dict[str, float]]:
+def curvature_top(loss: str, tol: float = 1e-3, max_iter: int = 40) -> Callable[..., dict]:
     """A ``curvature_fn`` for :func:`train_students`: top Gauss-Newton and Hessian eigenvalues."""
-    from actlab.curvature import GaussNewtonOperator, HessianOperator, top_eigenvalues
-
-    loss_fn: Any = "mse" if loss == "mse" else loss_function(loss)
-
-    def measure(model: torch.nn.Module, batch: tuple[Tensor, Tensor]) -> dict[str, float]:
-        out = {}
-        for kind, op_cls in (("lambda_max_gn", GaussNewtonOperator),
-                             ("lambda_max_hessian", HessianOperator)):
-            op = op_cls(model, loss_fn, [batch])
-            values, _, _ = top_eigenvalues(
-                op, k=1, method="lanczos", tol=tol, max_iter=max_iter,
-                generator=torch.Generator().manual_seed(0),
-            )
-            out[kind] = float(values[0])
-        return out
-
-    return measure
+    return functools.partial(top_curvature, loss=get_loss(loss), tol=tol, max_iter=max_iter)
 
 
 # --------------------------------------------------------------------------- summaries

@@ -174,23 +174,27 @@ class ProbeStep(Callback):
 
 
 class CurvatureSchedule(EvalLog):
-    """Top Gauss-Newton and Hessian eigenvalues of some models at its schedule.
+    """Curvature of some models at its schedule.
 
     ``targets(trainer) -> {key: (model, batch)}`` names the models to measure (e.g. a few
-    ensemble members); rows hold ``step``, ``key``, ``lambda_max_gn``, ``lambda_max_hessian``.
+    ensemble members); ``measure(model, batch) -> {kind: value}`` defaults to
+    :func:`top_curvature` with ``loss``. Rows hold ``step``, ``key`` and the measured kinds.
     """
 
     def __init__(self, targets: Callable[[Any], dict[Any, tuple[torch.nn.Module, Any]]],
-                 loss: Any, at: Iterable[int] = (), every: int = 0, tol: float = 1e-3,
-                 max_iter: int = 40) -> None:
+                 loss: Any = None, at: Iterable[int] = (), every: int = 0, *,
+                 measure: Callable[[torch.nn.Module, Any], dict[str, float]] | None = None
+                 ) -> None:
         super().__init__(lambda _: {}, every, at)
-        self.targets, self.loss, self.tol, self.max_iter = targets, loss, tol, max_iter
+        if measure is None and loss is None:
+            raise ValueError("loss: needed unless a measure is given")
+        self.targets = targets
+        self.measure_model = measure or (lambda model, batch: top_curvature(model, batch, loss))
 
     def on_step(self, trainer: Any, step: int, loss: Tensor | None) -> None:
         """Measure every target model on its batch."""
         for key, (model, batch) in self.targets(trainer).items():
-            self.rows.append({"step": step, "key": key, **top_curvature(model, batch, self.loss,
-                                                                        self.tol, self.max_iter)})
+            self.rows.append({"step": step, "key": key, **self.measure_model(model, batch)})
 
 
 def top_curvature(model: torch.nn.Module, batch: Any, loss: Any, tol: float = 1e-3,
