@@ -150,7 +150,7 @@ class DivergenceStop(Callback):
 
     def on_loss(self, trainer: Any, step: int, loss: Tensor) -> None:
         """Request a stop when ``loss`` is not finite."""
-        value = float(loss.detach().float())
+        value = float(loss.detach())
         if not math.isfinite(value):
             self.loss_at_stop = value
             self.request_stop("diverged")

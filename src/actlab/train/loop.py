@@ -250,9 +250,10 @@ class Trainer:
         if self.step == 0:
             if config.eval_every and self.eval_batches is not None:
                 self.history.append({"step": 0, "val_loss": self.evaluate()})
-            fire(self.callbacks, "on_step", self, 0, None)
+            status = fire(self.callbacks, "on_step", self, 0, None) or STATUS_OK
         self.model.train()
-        steps = self.progress(range(self.step, config.steps), desc="train", initial=self.step,
+        last = config.steps if status == STATUS_OK else self.step
+        steps = self.progress(range(self.step, last), desc="train", initial=self.step,
                               total=config.steps)
         for step in steps:
             lr = lr_at(step, config)
@@ -261,7 +262,8 @@ class Trainer:
             batch = self._to_device(shard(self.train_batch(step), self.dist))
             with self._autocast():
                 loss = self.loss_fn(self._forward_model, batch)
-            reported = all_reduce_mean(loss.detach().float(), self.dist)
+            # float32 for reports (bfloat16 losses widened), float64 kept as it is
+            reported = all_reduce_mean(loss.detach().to(_report_dtype(loss)), self.dist)
             reason = fire(self.callbacks, "on_loss", self, step + 1, reported)
             if reason is not None:
                 status = reason
@@ -326,6 +328,10 @@ class Trainer:
         for callback, state in zip(self.callbacks, meta["extra"].get("callbacks", [])):
             callback.load_state_dict(state)
         return True
+
+
+def _report_dtype(loss: Tensor) -> torch.dtype:
+    return torch.float64 if loss.dtype == torch.float64 else torch.float32
 
 
 class _OnStep(Callback):
