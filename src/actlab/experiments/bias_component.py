@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from actlab import analysis
 from actlab.errors import ConfigError
@@ -50,7 +50,11 @@ from actlab.runner.experiment import (
     UnitResult,
     register,
 )
-from actlab.train.classify import OPTIMIZERS, TrainSettings, torch_threads
+from actlab.train.callbacks import EvalLog, LossLog
+from actlab.train.losses import half_sse_to_mse_mean
+from actlab.train.optim import OPTIMIZERS
+from actlab.train.settings import settings_from
+from actlab.train.supervised import torch_threads, train
 
 PREFIX = "ae"
 CONDITIONS = ("unshifted", "shifted")
@@ -175,26 +179,12 @@ def measure_checkpoint(model: Any, x: Tensor) -> tuple[dict[str, float], dict[st
     return out, parts
 
 
-class _FlatImages(nn.Module):
-    """Adapter: flat ``(N, C*H*W)`` rows in and out, so the generic trainer's ``mse`` loss
-    (half the squared error summed per example) applies to whole images."""
-
-    def __init__(self, model: nn.Module, shape: tuple[int, ...]) -> None:
-        super().__init__()
-        self.model = model
-        self.shape = shape
-
-    def forward(self, x: Tensor) -> Tensor:
-        return self.model(x.view(-1, *self.shape)).flatten(1)
-
-
 def train_autoencoder(config: BiasComponentConfig, activation: str, seed: int,
                       x_train: Tensor, x_eval: Tensor, result: UnitResult, run: str,
                       progress: Any = None) -> tuple[str, dict[str, Any]]:
     """Train one autoencoder, add its rows to ``result``; its status and grid images."""
     from actlab.init import initialize_
     from actlab.nn.autoencoder import ConvAutoencoder
-    from actlab.train.classify import train
 
     torch.manual_seed(seed)  # same seed, same initial weights for both activations
     model = ConvAutoencoder(x_train.shape[1], config.widths, config.convs_per_stage, activation)
@@ -204,35 +194,33 @@ def train_autoencoder(config: BiasComponentConfig, activation: str, seed: int,
                     generator=torch.Generator().manual_seed(seed))
     checkpoints = checkpoint_steps(config)
     shown = set(grid_steps(checkpoints, config.grid_points))
-    to_log = set(checkpoints)
-    pixels = x_train[0].numel()
     images: dict[str, Any] = {"steps": [], "input": _rounded(x_eval[:config.n_show]),
                               **{p: [] for p in PARTS}}
 
-    def checkpoint(updates: int) -> None:
+    def checkpoint(trainer: Any) -> dict[str, float]:
         stats, parts = measure_checkpoint(model, x_eval)
-        for metric, value in stats.items():
-            result.add(run, seed, updates, "", metric, value)
-        if updates in shown:
-            images["steps"].append(updates)
+        if trainer.step in shown:
+            images["steps"].append(trainer.step)
             for p in PARTS:
                 images[p].append(_rounded(parts[p][:config.n_show]))
+        return stats
 
-    def on_step(step: int, value: float) -> None:
-        updates = step + 1
-        if step % config.loss_every == 0 or updates == config.steps:
-            # the trainer's loss is 0.5 * squared error summed over an image's pixels
-            result.add(run, seed, updates, "", "train_loss", 2 * value / pixels)
-        if updates in to_log:
-            checkpoint(updates)
-
-    checkpoint(0)
-    settings = TrainSettings(optimizer=config.optimizer, lr=config.lr, steps=config.steps,
-                             batch_size=config.batch_size, loss="mse")
-    flat = _FlatImages(model, tuple(x_train.shape[1:]))
-    x_flat = x_train.flatten(1)
-    outcome = train(flat, x_flat, x_flat, settings, generator=torch.Generator().manual_seed(seed),
-                    on_step=on_step, progress=progress)
+    # the batch loss after update k, logged for k = 1, 1 + loss_every, ... and the last one
+    losses = LossLog(at=[*range(1, config.steps + 1, config.loss_every), config.steps])
+    evals = EvalLog(checkpoint, at=checkpoints)
+    settings = settings_from(config, loss="half_sse")  # whole images per example
+    outcome = train(model, x_train, x_train, settings, callbacks=[losses, evals],
+                    generator=torch.Generator().manual_seed(seed), progress=progress)
+    pixels = x_train[0].numel()
+    rows: dict[int, list[tuple[str, float]]] = {}
+    for r in losses.rows:  # an update's loss line comes before its checkpoint's
+        rows.setdefault(r["step"], []).append(("train_loss",
+                                               half_sse_to_mse_mean(r["loss"], pixels)))
+    for r in evals.rows:
+        rows.setdefault(r["step"], []).extend((k, v) for k, v in r.items() if k != "step")
+    for step in sorted(rows):
+        for metric, value in rows[step]:
+            result.add(run, seed, step, "", metric, value)
     if outcome.status == STATUS_DIVERGED:
         result.add(run, seed, outcome.steps + 1, "", "test_loss", math.nan)
     return outcome.status, images

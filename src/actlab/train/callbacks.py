@@ -107,6 +107,30 @@ class EvalLog(Callback):
         self.rows = list(state.get("rows", []))
 
 
+class LossLog(Callback):
+    """The batch loss as a Python float at its schedule, in :attr:`rows` (syncs when it fires)."""
+
+    def __init__(self, every: int = 0, at: Iterable[int] = ()) -> None:
+        super().__init__(every, at)
+        self.rows: list[dict[str, float]] = []
+
+    def fires(self, step: int) -> bool:
+        """Not before training (there is no batch loss yet)."""
+        return step > 0 and super().fires(step)
+
+    def on_step(self, trainer: Any, step: int, loss: Tensor | None) -> None:
+        """Keep ``{"step", "loss"}``."""
+        self.rows.append({"step": step, "loss": float(loss)})
+
+    def state_dict(self) -> dict[str, Any]:
+        """The rows so far."""
+        return {"rows": self.rows}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore the rows."""
+        self.rows = list(state.get("rows", []))
+
+
 class LossHistory(Callback):
     """Keep every update's batch loss on its device; :meth:`values` syncs once, at the end."""
 

@@ -4,8 +4,8 @@ Every loss is called as ``loss(output, target) -> scalar`` for one model (the en
 engine vmaps it over members). The names:
 
 * ``mse_mean``: mean of ``(output - target)**2`` over every element (``F.mse_loss``);
-* ``half_sse``: ``0.5 * ||output - target||**2`` per example (sum over the last dim),
-  averaged over the batch (the textbook quadratic cost);
+* ``half_sse``: ``0.5 * ||output - target||**2`` per example (sum over every dim but the
+  first), averaged over the batch (the textbook quadratic cost);
 * ``cross_entropy``: ``F.cross_entropy`` with integer labels or class probabilities;
 * ``soft_cross_entropy``: the same call, named for probability targets (a teacher's softmax);
 * ``bce_logits``: mean binary cross-entropy of a sigmoid output, from its net input.
@@ -32,8 +32,15 @@ def mse_mean(output: Tensor, target: Tensor) -> Tensor:
 
 
 def half_sse(output: Tensor, target: Tensor) -> Tensor:
-    """``0.5 * sum((output - target)**2)`` over the last dimension, mean over the rest."""
-    return 0.5 * (output - target).pow(2).sum(-1).mean()
+    """``0.5 * sum((output - target)**2)`` over each example (every dim but the first),
+    mean over the batch."""
+    return 0.5 * (output - target).pow(2).flatten(1).sum(1).mean()
+
+
+def half_sse_to_mse_mean(value: float, example_size: int) -> float:
+    """A ``half_sse`` value as the ``mse_mean`` of the same batch (``example_size`` elements
+    per example): ``2 * value / example_size``."""
+    return 2 * value / example_size
 
 
 def cross_entropy(output: Tensor, target: Tensor) -> Tensor:
