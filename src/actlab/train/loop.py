@@ -1,26 +1,30 @@
-"""The shared trainer: AdamW, warmup + cosine/linear decay, clipping, evaluation, checkpoints.
+"""The single-model engine: :class:`Trainer` (schedule, clipping, evaluation, callbacks, checkpoints).
 
 :class:`Trainer` trains any module whose loss ``loss_fn(model, batch)`` returns, for a fixed
-number of steps. Batches come from ``train_batch(step)``, a function of the step number only,
-so a resumed run sees exactly the batches an uninterrupted one would, and under DDP every
-rank draws the same global batch and keeps its own slice
-(:func:`actlab.train.distributed.shard`): N processes then compute the same update as one.
+number of steps, with the settings of a :class:`~actlab.train.settings.TrainSettings`
+(:class:`TrainConfig` holds the language-model defaults). Batches come from
+``train_batch(step)``, a function of the step number only, so a resumed run sees exactly the
+batches an uninterrupted one would, and under DDP every rank draws the same global batch and
+keeps its own slice (:func:`actlab.train.distributed.shard`): N processes then compute the
+same update as one.
 
 * learning rate: linear warmup over ``warmup`` steps to ``lr``, then ``cosine``/``linear``
   decay to ``min_lr_ratio * lr`` at the last step (or ``constant``);
-* AdamW with decoupled weight decay on matrices and embeddings only (not on biases and norm
-  gains), global gradient-norm clipping;
+* the settings' optimizer from :mod:`actlab.train.optim` (``decay_vectors=False``: weight
+  decay on matrices and embeddings only, not on biases and norm gains), global
+  gradient-norm clipping when ``grad_clip > 0``;
 * evaluation on ``eval_batches()`` at step 0, every ``eval_every`` steps and at the end, in
   eval mode (the model's previous mode is restored afterwards);
 * ``dtype="bfloat16"`` runs forward passes under ``torch.autocast`` (parameters stay in
   float32); ``dtype="float64"`` converts the model to float64 (for exact comparisons, e.g.
   DDP against one process); ``compile=True`` runs forward passes through ``torch.compile``;
-* a non-finite loss stops the run with status ``diverged`` (never an exception);
-* ``checkpoint_dir``: ``last.safetensors`` (model, AdamW state, RNG, step, history) every
-  ``checkpoint_every`` steps and at the end; ``Trainer.fit(resume=True)`` continues from it
-  and ends with the same parameters as an uninterrupted run.
-
-Muon is not offered: AdamW is the optimizer of every experiment here.
+* callbacks (:mod:`actlab.train.callbacks`) fire on their schedules; a non-finite loss stops
+  the run with status ``diverged`` (never an exception) through a
+  :class:`~actlab.train.callbacks.DivergenceStop`;
+* ``checkpoint_dir``: ``last.safetensors`` (model, optimizer state, RNG, step, history,
+  callback states) every ``checkpoint_every`` steps and at the end;
+  ``Trainer.fit(resume=True)`` continues from it and ends with the same parameters and
+  callback states as an uninterrupted run.
 """
 
 from __future__ import annotations
