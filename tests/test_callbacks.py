@@ -16,6 +16,7 @@ from actlab.train.callbacks import (
     EvalLog,
     GradientAngle,
     LossHistory,
+    ProbeStep,
 )
 from actlab.train.distributed import DistInfo
 from actlab.train.ensemble import Ensemble, EnsembleTrainer
@@ -149,3 +150,29 @@ def test_gradient_angle_and_curvature_schedule_on_the_ensemble():
     assert curv.rows[0]["step"] == 0
     assert curv.rows[0]["lambda_max_hessian"] == pytest.approx(top, rel=1e-3)
     assert curv.rows[0]["lambda_max_gn"] == pytest.approx(top, rel=1e-3)
+
+
+def test_probe_step_closes_one_probe_step_per_update_as_a_manual_loop_does():
+    from actlab.probe.probe import Probe
+
+    def mlp():
+        torch.manual_seed(0)
+        return nn.Sequential(nn.Linear(3, 6), nn.ReLU(), nn.Linear(6, 1))
+
+    engine_model, loop_model = mlp(), mlp()
+    probe = Probe(engine_model, every=[0, 2, 5], metrics=["preact_neg_frac"], weights=False)
+    settings = TrainSettings(optimizer="sgd", lr=0.05, steps=6)
+    Trainer(engine_model, settings, _batch, loss_fn=_loss, callbacks=[ProbeStep(probe)]).fit()
+    reference = Probe(loop_model, every=[0, 2, 5], metrics=["preact_neg_frac"], weights=False)
+    opt = torch.optim.SGD(loop_model.parameters(), lr=0.05)
+    for step in range(6):
+        loss = _loss(loop_model, _batch(step))
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        reference.step()
+    got, want = probe.table(), reference.table()
+    probe.close()
+    reference.close()
+    assert sorted(set(got.step)) == [0, 2, 5]
+    assert got.value.tolist() == want.value.tolist()
