@@ -11,11 +11,8 @@ from torch import nn
 
 from actlab.nn.residual_mlp import ResidualMLP
 from actlab.train.ensemble import Ensemble, EnsembleTrainer, count_step_flops
-from actlab.train.functional_optim import (
-    FunctionalAdam,
-    FunctionalSGD,
-    make_optimizer,
-)
+from actlab.train.functional_optim import FunctionalAdam, FunctionalSGD
+from actlab.train.optim import make_functional_optimizer
 
 SEEDS = 3
 
@@ -119,7 +116,7 @@ def test_adamw_matches_torch_adamw_exactly():
     p_ref = torch.randn(4, 5, generator=g, dtype=torch.float64, requires_grad=True)
     p_fun = p_ref.detach().clone()
     opt = torch.optim.AdamW([p_ref], lr=1e-2, weight_decay=0.1)
-    fopt = make_optimizer("adamw", lr=1e-2, weight_decay=0.1)
+    fopt = make_functional_optimizer("adamw", lr=1e-2, weight_decay=0.1)
     for _ in range(10):
         grad = torch.randn(4, 5, generator=g, dtype=torch.float64)
         p_ref.grad = grad.clone()
@@ -185,7 +182,7 @@ def test_bad_inputs_raise_clear_errors():
     with pytest.raises(ValueError, match="same number of seeds"):
         Ensemble({"a": models["plain"], "b": models["shifted"][:2]})
     with pytest.raises(ValueError, match="adam"):
-        make_optimizer("adm")
+        make_functional_optimizer("adm", lr=1e-3)
     with pytest.raises(ValueError, match="lr"):
         FunctionalAdam(lr=-1.0)
     with pytest.raises(ValueError, match="inputs"):

@@ -144,3 +144,19 @@ def test_bad_config_names_field() -> None:
     assert err.value.field == "dtype"
     with pytest.raises(ConfigError):
         TrainConfig(steps=0)
+
+
+def test_language_model_optimizer_decays_matrices_only_and_other_settings_train_too() -> None:
+    model = GPT(TINY, seed=0)
+    trainer = Trainer(model, TrainConfig(steps=2, warmup=0, eval_every=0), _batch)
+    decay, no_decay = trainer.optimizer.param_groups
+    assert isinstance(trainer.optimizer, torch.optim.AdamW)
+    assert decay["weight_decay"] == 0.1 and all(p.dim() >= 2 for p in decay["params"])
+    assert no_decay["weight_decay"] == 0.0 and all(p.dim() < 2 for p in no_decay["params"])
+    assert decay["betas"] == (0.9, 0.95)
+    # any TrainSettings drives the same engine: plain SGD, constant rate, no clipping
+    from actlab.train.settings import TrainSettings
+
+    sgd = Trainer(GPT(TINY, seed=0), TrainSettings(optimizer="sgd", lr=0.1, steps=3), _batch)
+    assert type(sgd.optimizer) is torch.optim.SGD
+    assert sgd.fit().status == "ok" and sgd.step == 3

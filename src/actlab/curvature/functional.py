@@ -32,7 +32,9 @@ def mse_loss(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     return (diff * diff).mean()
 
 
+# The engine's explicit names (actlab.train.losses); a bare "mse" means "mse_mean".
 _NAMED_LOSSES: dict[str, LossFn] = {
+    "mse_mean": mse_loss,
     "mse": mse_loss,
     "cross_entropy": F.cross_entropy,
 }
@@ -43,7 +45,9 @@ def resolve_loss(loss_fn: LossFn | str) -> LossFn:
 
     ``F.mse_loss`` is swapped for the equivalent :func:`mse_loss` (see there why).
     """
-    if loss_fn is F.mse_loss:
+    from actlab.train.losses import mse_mean
+
+    if loss_fn is F.mse_loss or loss_fn is mse_mean:
         return mse_loss
     if callable(loss_fn):
         return loss_fn

@@ -143,7 +143,7 @@ def run_drift(unit: dict[str, Any], config: DriftConfig, seed: int, result: Unit
     else:
         x, y = random_pairs(config.n_random, config.in_dim, config.out_dim, seed=seed)
         x_eval, y_eval = random_pairs(2048, config.in_dim, config.out_dim, seed=seed + 100_000)
-        in_dim, out_dim, loss = config.in_dim, config.out_dim, "mse"
+        in_dim, out_dim, loss = config.in_dim, config.out_dim, "half_sse"
     model = MLP(in_dim, out_dim, hidden=config.hidden, depth=config.depth,
                 activation=unit["activation"], skip=unit["skip"])
     # Same generator seed for every activation: paired initial weights.

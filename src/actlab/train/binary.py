@@ -4,7 +4,8 @@ The cost is computed from the output's net input (logits), so it stays finite wh
 sigmoid saturates; a cost that still overflows marks the run diverged (recorded, never
 raised). Used by the handbook's spiral studies (``init-study``, ``dead-units``, ``pitfalls``).
 
-:func:`train_binary_sgd` trains one model in a plain loop (the reference);
+:func:`train_binary_sgd` trains one model with the engine's
+:class:`~actlab.train.loop.Trainer` (plain SGD, the reference);
 :func:`train_binary_sgd_ensemble` trains one model per seed as one vmapped
 :class:`~actlab.train.ensemble.Ensemble` with exactly the loop's batch order, updates and
 divergence rule per member, so each member ends where its own loop run would (to rounding).
@@ -18,17 +19,18 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
-from actlab.train.classify import torch_threads
+from actlab.data.sampling import EpochBatches
+from actlab.train.callbacks import Callback
 from actlab.train.ensemble import DEFAULT_CONDITION, Ensemble, EnsembleTrainer
 from actlab.train.functional_optim import FunctionalSGD
+from actlab.train.loop import STATUS_DIVERGED, Trainer
+from actlab.train.losses import bce_logits
+from actlab.train.settings import TrainSettings
+from actlab.train.supervised import torch_threads
 
-
-def mean_bce(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """Mean cross-entropy of a sigmoid output from its net input (one member of the ensemble)."""
-    return F.binary_cross_entropy_with_logits(logits.reshape(-1), labels.reshape(-1))
+mean_bce = bce_logits  # the engine's loss name for it (actlab.train.losses)
 
 
 @dataclass
@@ -81,39 +83,50 @@ def train_binary_sgd(
 
 
 def _train_binary_sgd(model, x, y, *, lr, batch_size, epochs, seed, on_epoch) -> BinaryRun:
-    generator = torch.Generator().manual_seed(int(seed))
-    params = [p for p in model.parameters() if p.requires_grad]
-    run = BinaryRun()
     n = x.shape[0]
-
-    def record(epoch: int) -> bool:
-        with torch.no_grad():
-            cost = float(mean_bce(model(x), y))
-        finite = math.isfinite(cost)
-        run.costs.append(cost if finite else math.nan)
-        run.diverged |= not finite
-        if finite and on_epoch is not None:
-            on_epoch(epoch, model)
-        return finite
-
-    if not record(0):
+    per_epoch = n // batch_size
+    run = BinaryRun()
+    costs = _EpochCost(model, x, y, run, on_epoch, every=max(1, per_epoch))
+    if per_epoch == 0:  # no full batch: nothing trains, every epoch costs the same
+        costs.on_step(None, 0, None)
+        run.costs += run.costs[-1:] * epochs
         return run
-    for epoch in range(1, epochs + 1):
-        order = torch.randperm(n, generator=generator)
-        for start in range(0, n - batch_size + 1, batch_size):
-            idx = order[start:start + batch_size]
-            loss = mean_bce(model(x[idx]), y[idx])
-            if not torch.isfinite(loss):
-                run.diverged = True
-                run.costs.append(math.nan)
-                return run
-            grads = torch.autograd.grad(loss, params)
-            with torch.no_grad():  # plain SGD (torch.optim.SGD's arithmetic, without its import cost)
-                for param, grad in zip(params, grads):
-                    param.add_(grad, alpha=-lr)
-        if not record(epoch):
-            return run
+    order = EpochBatches(n, batch_size, torch.Generator().manual_seed(int(seed)))
+    settings = TrainSettings(optimizer="sgd", lr=lr, steps=epochs * per_epoch,
+                             batch_size=batch_size, loss="bce_logits", log_every=epochs * per_epoch
+                             if epochs else 1)
+
+    def batch(step: int) -> tuple[torch.Tensor, torch.Tensor]:
+        idx = order(step)
+        return x[idx], y[idx]
+
+    result = Trainer(model, settings, batch, loss_fn=lambda m, b: mean_bce(m(b[0]), b[1]),
+                     callbacks=[costs]).fit()
+    if result.status == STATUS_DIVERGED and costs.stop_reason is None:  # a mini-batch overflowed
+        run.diverged = True
+        run.costs.append(math.nan)
     return run
+
+
+class _EpochCost(Callback):
+    """The whole-set cost before training and after every epoch (``every`` = batches per
+    epoch); a non-finite cost ends the run as diverged."""
+
+    def __init__(self, model, x, y, run: BinaryRun, on_epoch, every: int) -> None:
+        super().__init__(every=every)
+        self.model, self.x, self.y, self.run, self.on_epoch = model, x, y, run, on_epoch
+
+    def on_step(self, trainer, step: int, loss) -> None:
+        """Record the epoch's cost (a host synchronisation, once per epoch)."""
+        with torch.no_grad():
+            cost = float(mean_bce(self.model(self.x), self.y))
+        finite = math.isfinite(cost)
+        self.run.costs.append(cost if finite else math.nan)
+        if not finite:
+            self.run.diverged = True
+            self.request_stop(STATUS_DIVERGED)
+        elif self.on_epoch is not None:
+            self.on_epoch(step // self.every, self.model)
 
 
 def _stack_per_seed(name: str, values: torch.Tensor | Sequence[torch.Tensor],

@@ -48,6 +48,7 @@ from torch import Tensor, nn
 from torch.func import functional_call, stack_module_state
 
 from actlab.train.allocator import keep_freed_memory
+from actlab.train.callbacks import Callback, fire
 from actlab.train.functional_optim import FunctionalOptimizer
 
 InputMode = Literal["shared", "per_seed"]
@@ -270,6 +271,7 @@ class EnsembleTrainer:
     keep_freed_memory: bool = True
     diverged: Tensor = field(init=False)
     steps_done: int = field(init=False, default=0)
+    last_output: StepOutput | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
         if self.inputs not in ("per_seed", "shared"):
@@ -322,6 +324,39 @@ class EnsembleTrainer:
                         grad_dict[c][name] = grads[k]
                         k += 1
         return StepOutput(detached, grad_dict)
+
+    def fit(self, steps: int, batch: Callable[[int], tuple[Any, Any]],
+            callbacks: Sequence[Callback] = (), *,
+            progress: Callable[..., Any] = lambda it, **_: it) -> None:
+        """Train until ``steps`` updates are done, firing ``callbacks`` on their schedules.
+
+        ``batch(step) -> (x, y)`` gives the inputs of the update after ``step`` updates.
+        Callbacks fire at 0 (before the first update) and after each update, with the
+        members' losses of that update, condition by condition (a ``(members,)`` tensor);
+        gradients are kept (:meth:`last_member_grads`) only for updates a callback asks for.
+        """
+        for callback in callbacks:
+            callback.rank = 0
+        if self.steps_done == 0:
+            fire(callbacks, "on_step", self, 0, None)
+        for step in progress(range(self.steps_done, steps)):
+            x, y = batch(step)
+            want = any(c.wants_grads(step + 1) for c in callbacks)
+            self.last_output = self.step(x, y, return_grads=want)
+            losses = torch.cat([self.last_output.losses[c] for c in self.ensemble.conditions])
+            fire(callbacks, "on_step", self, step + 1, losses)
+        for callback in callbacks:
+            callback.on_end(self)
+
+    def last_member_grads(self) -> Tensor:
+        """The last step's gradients as ``(members, P)``, condition by condition (members of
+        every condition must have the same parameter count)."""
+        grads = self.last_output.grads if self.last_output is not None else None
+        if grads is None:
+            raise RuntimeError("no gradients kept: a callback must ask for them (wants_grads)")
+        seeds = self.ensemble.num_seeds
+        return torch.cat([torch.cat([g.reshape(seeds, -1) for g in grads[c].values()], dim=1)
+                          for c in self.ensemble.conditions])
 
     def freeze(self, condition: str, seed_index: int) -> None:
         """Stop updating one member from the next step on, as if it had diverged.

@@ -207,20 +207,3 @@ class FunctionalSGD(FunctionalOptimizer):
     def load_state_dict(self, state: dict) -> None:
         """Restore momentum buffers (copied)."""
         self.momentum_buffer = [None if b is None else b.clone() for b in state["momentum_buffer"]]
-
-
-_OPTIMIZERS = {"adam": FunctionalAdam, "adamw": FunctionalAdam, "sgd": FunctionalSGD}
-
-
-def make_optimizer(name: str, **hyper: float) -> FunctionalOptimizer:
-    """A functional optimizer by name (``adam``, ``adamw``, ``sgd``) with its hyper-parameters."""
-    import difflib
-
-    key = name.lower()
-    if key not in _OPTIMIZERS:
-        close = difflib.get_close_matches(key, _OPTIMIZERS, n=3, cutoff=0.4)
-        hint = f"; did you mean {', '.join(close)}?" if close else ""
-        raise ValueError(f"unknown optimizer {name!r}{hint} (valid: {', '.join(_OPTIMIZERS)})")
-    if key == "adamw":
-        hyper = {"decoupled": True, "weight_decay": 1e-2, **hyper}
-    return _OPTIMIZERS[key](**hyper)

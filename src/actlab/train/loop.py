@@ -1,26 +1,30 @@
-"""The shared trainer: AdamW, warmup + cosine/linear decay, clipping, evaluation, checkpoints.
+"""The single-model engine: :class:`Trainer` (schedule, clipping, evaluation, callbacks, checkpoints).
 
 :class:`Trainer` trains any module whose loss ``loss_fn(model, batch)`` returns, for a fixed
-number of steps. Batches come from ``train_batch(step)``, a function of the step number only,
-so a resumed run sees exactly the batches an uninterrupted one would, and under DDP every
-rank draws the same global batch and keeps its own slice
-(:func:`actlab.train.distributed.shard`): N processes then compute the same update as one.
+number of steps, with the settings of a :class:`~actlab.train.settings.TrainSettings`
+(:class:`TrainConfig` holds the language-model defaults). Batches come from
+``train_batch(step)``, a function of the step number only, so a resumed run sees exactly the
+batches an uninterrupted one would, and under DDP every rank draws the same global batch and
+keeps its own slice (:func:`actlab.train.distributed.shard`): N processes then compute the
+same update as one.
 
 * learning rate: linear warmup over ``warmup`` steps to ``lr``, then ``cosine``/``linear``
   decay to ``min_lr_ratio * lr`` at the last step (or ``constant``);
-* AdamW with decoupled weight decay on matrices and embeddings only (not on biases and norm
-  gains), global gradient-norm clipping;
+* the settings' optimizer from :mod:`actlab.train.optim` (``decay_vectors=False``: weight
+  decay on matrices and embeddings only, not on biases and norm gains), global
+  gradient-norm clipping when ``grad_clip > 0``;
 * evaluation on ``eval_batches()`` at step 0, every ``eval_every`` steps and at the end, in
   eval mode (the model's previous mode is restored afterwards);
 * ``dtype="bfloat16"`` runs forward passes under ``torch.autocast`` (parameters stay in
   float32); ``dtype="float64"`` converts the model to float64 (for exact comparisons, e.g.
   DDP against one process); ``compile=True`` runs forward passes through ``torch.compile``;
-* a non-finite loss stops the run with status ``diverged`` (never an exception);
-* ``checkpoint_dir``: ``last.safetensors`` (model, AdamW state, RNG, step, history) every
-  ``checkpoint_every`` steps and at the end; ``Trainer.fit(resume=True)`` continues from it
-  and ends with the same parameters as an uninterrupted run.
-
-Muon is not offered: AdamW is the optimizer of every experiment here.
+* callbacks (:mod:`actlab.train.callbacks`) fire on their schedules; a non-finite loss stops
+  the run with status ``diverged`` (never an exception) through a
+  :class:`~actlab.train.callbacks.DivergenceStop`;
+* ``checkpoint_dir``: ``last.safetensors`` (model, optimizer state, RNG, step, history,
+  callback states) every ``checkpoint_every`` steps and at the end;
+  ``Trainer.fit(resume=True)`` continues from it and ends with the same parameters and
+  callback states as an uninterrupted run.
 """
 
 from __future__ import annotations
@@ -39,10 +43,11 @@ import torch
 from torch import Tensor, nn
 
 from actlab.errors import ConfigError
+from actlab.train.callbacks import Callback, DivergenceStop, fire
 from actlab.train.distributed import DistInfo, all_reduce_mean, shard, unwrap_model
+from actlab.train.optim import optimizer_for
+from actlab.train.settings import DTYPES, SCHEDULES, TrainSettings, choose  # noqa: F401
 
-SCHEDULES = ("cosine", "linear", "constant")
-DTYPES = ("float32", "float64", "bfloat16")
 STATUS_OK = "ok"
 STATUS_DIVERGED = "diverged"
 CHECKPOINT_NAME = "last.safetensors"
@@ -52,57 +57,29 @@ LossFn = Callable[[nn.Module, Batch], Tensor]
 
 
 @dataclass
-class TrainConfig:
-    """Optimisation settings of a :class:`Trainer` run."""
+class TrainConfig(TrainSettings):
+    """:class:`~actlab.train.settings.TrainSettings` with the language-model defaults:
+    AdamW (decay on matrices only), warmup + cosine decay, clipping, periodic evaluation."""
 
+    optimizer: str = "adamw"
     steps: int = 1000
     lr: float = 1e-3
-    min_lr_ratio: float = 0.1
     warmup: int = 100
     schedule: str = "cosine"
     weight_decay: float = 0.1
-    beta1: float = 0.9
     beta2: float = 0.95
     grad_clip: float = 1.0
+    decay_vectors: bool = False
     eval_every: int = 100
     log_every: int = 10
-    checkpoint_every: int = 0
-    dtype: str = "float32"
-    compile: bool = False
 
     def __post_init__(self) -> None:
-        for name in ("steps", "warmup", "eval_every", "log_every", "checkpoint_every"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or value < 0:
-                raise ConfigError(name, f"must be an integer >= 0, got {value!r}")
+        super().__post_init__()
         if self.steps < 1:
             raise ConfigError("steps", f"must be >= 1, got {self.steps}")
-        if self.log_every < 1:
-            raise ConfigError("log_every", f"must be >= 1, got {self.log_every}")
-        if not self.lr > 0:
-            raise ConfigError("lr", f"must be > 0, got {self.lr}")
-        if not 0.0 <= self.min_lr_ratio <= 1.0:
-            raise ConfigError("min_lr_ratio", f"must be in [0, 1], got {self.min_lr_ratio}")
-        for name in ("beta1", "beta2"):
-            if not 0.0 <= getattr(self, name) < 1.0:
-                raise ConfigError(name, f"must be in [0, 1), got {getattr(self, name)}")
-        if self.weight_decay < 0 or self.grad_clip < 0:
-            bad = "weight_decay" if self.weight_decay < 0 else "grad_clip"
-            raise ConfigError(bad, f"must be >= 0, got {getattr(self, bad)}")
-        _choose("schedule", self.schedule, SCHEDULES)
-        _choose("dtype", self.dtype, DTYPES)
 
 
-def _choose(name: str, value: str, valid: Sequence[str]) -> None:
-    if value not in valid:
-        import difflib
-
-        close = difflib.get_close_matches(value, valid, n=2, cutoff=0.4)
-        hint = f"did you mean {' or '.join(close)}? " if close else ""
-        raise ConfigError(name, f"unknown {value!r}; {hint}valid: {', '.join(valid)}")
-
-
-def lr_at(step: int, config: TrainConfig) -> float:
+def lr_at(step: int, config: TrainSettings) -> float:
     """Learning rate for the update that follows ``step`` completed steps."""
     if config.warmup and step < config.warmup:
         return config.lr * (step + 1) / config.warmup
@@ -116,17 +93,24 @@ def lr_at(step: int, config: TrainConfig) -> float:
     return floor + 0.5 * (config.lr - floor) * (1.0 + math.cos(math.pi * progress))
 
 
-def make_adamw(model: nn.Module, config: TrainConfig) -> torch.optim.AdamW:
-    """AdamW with weight decay on parameters of 2 or more dims only (matrices, embeddings)."""
-    decay, no_decay, seen = [], [], set()
+def make_engine_optimizer(model: nn.Module, config: TrainSettings) -> torch.optim.Optimizer:
+    """The settings' optimizer over ``model``'s trainable parameters; with
+    ``decay_vectors=False`` weight decay applies to parameters of 2 or more dims only."""
+    params: list[Any] = []
+    seen: set[int] = set()
     for param in model.parameters():
-        if not param.requires_grad or id(param) in seen:
-            continue
-        seen.add(id(param))
-        (decay if param.dim() >= 2 else no_decay).append(param)
-    groups = [{"params": decay, "weight_decay": config.weight_decay},
-              {"params": no_decay, "weight_decay": 0.0}]
-    return torch.optim.AdamW(groups, lr=config.lr, betas=(config.beta1, config.beta2))
+        if param.requires_grad and id(param) not in seen:
+            seen.add(id(param))
+            params.append(param)
+    if not config.decay_vectors:
+        params = [{"params": [p for p in params if p.dim() >= 2]},
+                  {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
+    return optimizer_for(config, params)
+
+
+def make_adamw(model: nn.Module, config: TrainConfig) -> torch.optim.Optimizer:
+    """AdamW with weight decay on parameters of 2 or more dims only (matrices, embeddings)."""
+    return make_engine_optimizer(model, config)
 
 
 def default_loss(model: nn.Module, batch: Batch) -> Tensor:
@@ -137,26 +121,44 @@ def default_loss(model: nn.Module, batch: Batch) -> Tensor:
 
 @dataclass
 class TrainResult:
-    """Outcome of :meth:`Trainer.fit`: status, steps done and the logged history.
+    """Outcome of a training run: status, steps done and the logged history.
 
     ``history`` holds dicts with ``step`` and any of ``train_loss`` (mean over the steps
-    since the previous log), ``val_loss``, ``lr``.
+    since the previous log), ``val_loss``, ``lr``. ``losses`` holds every update's batch
+    loss when the run kept them (:func:`actlab.train.supervised.train` does).
     """
 
     status: str
     step: int
     history: list[dict[str, float]] = field(default_factory=list)
     seconds: float = 0.0
+    losses: list[float] = field(default_factory=list)
 
     def series(self, key: str) -> list[tuple[int, float]]:
         """``(step, value)`` pairs of one logged quantity."""
         return [(int(h["step"]), float(h[key])) for h in self.history if key in h]
 
     @property
+    def steps(self) -> int:
+        """Updates done (the same as ``step``)."""
+        return self.step
+
+    @property
     def final_val_loss(self) -> float:
         """The last evaluated validation loss (nan when none)."""
         values = self.series("val_loss")
         return values[-1][1] if values else math.nan
+
+    @property
+    def final_loss(self) -> float:
+        """Mean of the last 10 batch losses in ``losses`` (nan if none)."""
+        tail = self.losses[-10:]
+        return float(sum(tail) / len(tail)) if tail else math.nan
+
+    @property
+    def steps_per_second(self) -> float:
+        """Training throughput."""
+        return self.step / self.seconds if self.seconds > 0 else math.nan
 
 
 class Trainer:
@@ -165,21 +167,27 @@ class Trainer:
     Args:
         model: the module (moved to ``dist.device``); DDP-wrap it yourself with
             :func:`actlab.train.distributed.wrap_model` when distributed.
-        config: optimisation settings.
+        config: the settings (:class:`TrainConfig` for the language-model defaults, or any
+            :class:`~actlab.train.settings.TrainSettings`).
         train_batch: ``step -> global batch`` (tuple of tensors, batch along dim 0).
         eval_batches: ``() -> iterable of global batches`` for the validation loss, or None.
         loss_fn: ``(model, batch) -> scalar loss``; default calls ``model(x, targets=y)``.
         dist: this process's place (default: single process on CPU).
         checkpoint_dir: where ``last.safetensors`` goes (None: no checkpoints).
-        on_step: called as ``on_step(step, loss)`` after every update (e.g. ``probe.step``).
+        callbacks: :class:`~actlab.train.callbacks.Callback` objects; a
+            :class:`~actlab.train.callbacks.DivergenceStop` checking every step is added
+            unless one is given.
+        on_step: called as ``on_step(step, loss)`` after every update (e.g. ``probe.step``);
+            it synchronises every step (prefer a callback).
         progress: wraps the step range in a progress bar, e.g. ``UnitContext.progress``.
     """
 
-    def __init__(self, model: nn.Module, config: TrainConfig,
+    def __init__(self, model: nn.Module, config: TrainSettings,
                  train_batch: Callable[[int], Batch],
                  eval_batches: Callable[[], Iterable[Batch]] | None = None, *,
                  loss_fn: LossFn = default_loss, dist: DistInfo | None = None,
                  checkpoint_dir: str | os.PathLike | None = None,
+                 callbacks: Sequence[Callback] = (),
                  on_step: Callable[[int, float], None] | None = None,
                  progress: Callable[..., Iterable] | None = None) -> None:
         self.config = config
@@ -193,9 +201,15 @@ class Trainer:
         self.eval_batches = eval_batches
         self.loss_fn = loss_fn
         self.checkpoint_dir = Path(checkpoint_dir) if checkpoint_dir is not None else None
-        self.on_step = on_step
+        self.callbacks = list(callbacks)
+        if not any(isinstance(c, DivergenceStop) for c in self.callbacks):
+            self.callbacks.insert(0, DivergenceStop())
+        if on_step is not None:
+            self.callbacks.append(_OnStep(on_step))
+        for callback in self.callbacks:
+            callback.rank = self.dist.rank
         self.progress = progress or (lambda it, **_: it)
-        self.optimizer = make_adamw(unwrap_model(model), config)
+        self.optimizer = make_engine_optimizer(unwrap_model(model), config)
         self._forward_model = torch.compile(model) if config.compile else model
         self.step = 0
         self.history: list[dict[str, float]] = []
@@ -233,11 +247,17 @@ class Trainer:
         config = self.config
         start = time.perf_counter()
         status = STATUS_OK
-        running, running_n = 0.0, 0
-        if self.step == 0 and config.eval_every and self.eval_batches is not None:
-            self.history.append({"step": 0, "val_loss": self.evaluate()})
+        # Summed in float64 on the device: the same numbers as summing Python floats, and
+        # no host synchronisation until a log line needs them.
+        running = torch.zeros((), dtype=torch.float64, device=self.dist.device)
+        running_n = 0
+        if self.step == 0:
+            if config.eval_every and self.eval_batches is not None:
+                self.history.append({"step": 0, "val_loss": self.evaluate()})
+            status = fire(self.callbacks, "on_step", self, 0, None) or STATUS_OK
         self.model.train()
-        steps = self.progress(range(self.step, config.steps), desc="train", initial=self.step,
+        last = config.steps if status == STATUS_OK else self.step
+        steps = self.progress(range(self.step, last), desc="train", initial=self.step,
                               total=config.steps)
         for step in steps:
             lr = lr_at(step, config)
@@ -246,10 +266,12 @@ class Trainer:
             batch = self._to_device(shard(self.train_batch(step), self.dist))
             with self._autocast():
                 loss = self.loss_fn(self._forward_model, batch)
-            loss_value = float(all_reduce_mean(loss.detach().float(), self.dist))
-            if not math.isfinite(loss_value):
-                status = STATUS_DIVERGED
-                self.history.append({"step": step, "train_loss": loss_value, "diverged": 1.0})
+            # float32 for reports (bfloat16 losses widened), float64 kept as it is
+            reported = all_reduce_mean(loss.detach().to(_report_dtype(loss)), self.dist)
+            reason = fire(self.callbacks, "on_loss", self, step + 1, reported)
+            if reason is not None:
+                status = reason
+                self.history.append({"step": step, "train_loss": float(reported), reason: 1.0})
                 break
             loss.backward()
             if config.grad_clip:
@@ -257,24 +279,28 @@ class Trainer:
             self.optimizer.step()
             self.optimizer.zero_grad(set_to_none=True)
             self.step = step + 1
-            running += loss_value
+            running += reported.double()
             running_n += 1
-            if self.on_step is not None:
-                self.on_step(self.step, loss_value)
+            reason = fire(self.callbacks, "on_step", self, self.step, reported)
             record: dict[str, float] = {}
             if self.step % config.log_every == 0 or self.step == config.steps:
-                record.update(train_loss=running / running_n, lr=lr)
-                running, running_n = 0.0, 0
+                record.update(train_loss=float(running) / running_n, lr=lr)
+                running.zero_()
+                running_n = 0
             if config.eval_every and (self.step % config.eval_every == 0 or self.step == config.steps):
                 record["val_loss"] = self.evaluate()
                 if not math.isfinite(record["val_loss"]):
                     status = STATUS_DIVERGED
             if record:
                 self.history.append({"step": self.step, **record})
-            if status == STATUS_DIVERGED:
+            if reason is not None:
+                status = reason
+            if status != STATUS_OK:
                 break
             if config.checkpoint_every and self.step % config.checkpoint_every == 0:
                 self.save_checkpoint()
+        for callback in self.callbacks:
+            callback.on_end(self)
         if self.checkpoint_dir is not None and status == STATUS_OK:
             self.save_checkpoint()
         return TrainResult(status, self.step, list(self.history), time.perf_counter() - start)
@@ -291,7 +317,8 @@ class Trainer:
         if path is None or not self.dist.is_main:
             return path
         save_checkpoint(path, unwrap_model(self.model), self.optimizer, self.step,
-                        {"history": self.history, "config": asdict(self.config)})
+                        {"history": self.history, "config": asdict(self.config),
+                         "callbacks": [c.state_dict() for c in self.callbacks]})
         return path
 
     def load_checkpoint(self) -> bool:
@@ -302,7 +329,29 @@ class Trainer:
         meta = load_checkpoint(path, unwrap_model(self.model), self.optimizer, self.dist.device)
         self.step = int(meta["step"])
         self.history = list(meta["extra"].get("history", []))
+        for callback, state in zip(self.callbacks, meta["extra"].get("callbacks", [])):
+            callback.load_state_dict(state)
         return True
+
+
+def _report_dtype(loss: Tensor) -> torch.dtype:
+    return torch.float64 if loss.dtype == torch.float64 else torch.float32
+
+
+class _OnStep(Callback):
+    """A plain ``on_step(step, loss)`` function as a callback firing after every update."""
+
+    def __init__(self, fn: Callable[[int, float], None]) -> None:
+        super().__init__(every=1)
+        self.fn = fn
+
+    def fires(self, step: int) -> bool:
+        """Every update (not the state before training)."""
+        return step > 0
+
+    def on_step(self, trainer: Any, step: int, loss: Tensor | None) -> None:
+        """Call the function with the loss as a Python float."""
+        self.fn(step, float(loss))
 
 
 def save_checkpoint(path: str | os.PathLike, model: nn.Module,
@@ -384,7 +433,7 @@ def measure_step(model: nn.Module, batch: Batch, loss_fn: LossFn = default_loss,
     ``torch.autograd.graph.saved_tensors_hooks``). The model is trained by these steps:
     pass a copy if it matters.
     """
-    _choose("dtype", dtype, DTYPES)
+    choose("dtype", dtype, DTYPES)
     device = next(model.parameters()).device
     if dtype == "float64":
         model.to(dtype=torch.float64)

@@ -1,0 +1,292 @@
+"""Callbacks: what an experiment wants done while either engine trains.
+
+A callback has a schedule (``every`` k updates and/or the update counts in ``at``; count 0
+is the state before the first update) and the engine calls it only when the schedule
+fires, so a callback never forces a host synchronisation on the other steps. It knows its
+process rank (:attr:`Callback.rank`, set by the engine; only rank 0 writes files) and its
+state (:meth:`Callback.state_dict`, JSON-able) goes into the trainer's checkpoints, so a
+resumed run resumes its callbacks too.
+
+Hooks, all optional:
+
+* ``on_loss(trainer, step, loss)``: before the update that makes ``step`` updates, with the
+  batch loss (a device tensor); may call :meth:`Callback.request_stop` (the update is skipped);
+* ``on_step(trainer, step, loss)``: after ``step`` updates (``loss`` is ``None`` at 0);
+* ``on_end(trainer)``: once, after training.
+
+Example::
+
+    log = EvalLog(lambda trainer: {"val": evaluate(trainer.model, x, y)["loss"]}, every=100)
+    Trainer(model, settings, batches, callbacks=[log, DivergenceStop()]).fit()
+    log.rows  # [{"step": 0, "val": ...}, {"step": 100, ...}, ...]
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+import torch
+from torch import Tensor
+
+
+class Callback:
+    """Base class: schedule, rank, stop request and (empty) state."""
+
+    def __init__(self, every: int = 0, at: Iterable[int] = ()) -> None:
+        if every < 0:
+            raise ValueError(f"every: must be >= 0, got {every}")
+        self.every = int(every)
+        self.at = frozenset(int(s) for s in at)
+        self.rank = 0
+        self.stop_reason: str | None = None
+
+    def fires(self, step: int) -> bool:
+        """True when the schedule includes update count ``step``."""
+        return step in self.at or (self.every > 0 and step % self.every == 0)
+
+    @property
+    def writes(self) -> bool:
+        """True on the process that writes files (rank 0)."""
+        return self.rank == 0
+
+    def request_stop(self, reason: str) -> None:
+        """Ask the engine to stop training (it reports ``reason`` as the run's status)."""
+        self.stop_reason = reason
+
+    def wants_grads(self, step: int) -> bool:
+        """True when the update making ``step`` updates must keep its gradients."""
+        return False
+
+    def on_loss(self, trainer: Any, step: int, loss: Tensor) -> None:
+        """Before the update that makes ``step`` updates (see the module docstring)."""
+
+    def on_step(self, trainer: Any, step: int, loss: Tensor | None) -> None:
+        """After ``step`` updates (``loss``: the batch loss of that update, ``None`` at 0)."""
+
+    def on_end(self, trainer: Any) -> None:
+        """Once, after the last update."""
+
+    def state_dict(self) -> dict[str, Any]:
+        """What a checkpoint keeps of this callback (JSON-able)."""
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict` output."""
+
+
+def fire(callbacks: Sequence[Callback], hook: str, trainer: Any, step: int,
+         loss: Tensor | None) -> str | None:
+    """Call ``hook`` of every callback whose schedule fires at ``step``; the first stop reason."""
+    for callback in callbacks:
+        if callback.fires(step):
+            getattr(callback, hook)(trainer, step, loss)
+    return next((c.stop_reason for c in callbacks if c.stop_reason), None)
+
+
+class EvalLog(Callback):
+    """Record ``measure(trainer) -> {name: value}`` at its schedule in :attr:`rows`."""
+
+    def __init__(self, measure: Callable[[Any], dict[str, Any]], every: int = 0,
+                 at: Iterable[int] = ()) -> None:
+        super().__init__(every, at)
+        self.measure = measure
+        self.rows: list[dict[str, Any]] = []
+
+    def on_step(self, trainer: Any, step: int, loss: Tensor | None) -> None:
+        """Measure and keep one row."""
+        self.rows.append({"step": step, **self.measure(trainer)})
+
+    def state_dict(self) -> dict[str, Any]:
+        """The rows so far (values must be JSON-able)."""
+        return {"rows": self.rows}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore the rows."""
+        self.rows = list(state.get("rows", []))
+
+
+class LossLog(Callback):
+    """The batch loss as a Python float at its schedule, in :attr:`rows` (syncs when it fires)."""
+
+    def __init__(self, every: int = 0, at: Iterable[int] = ()) -> None:
+        super().__init__(every, at)
+        self.rows: list[dict[str, float]] = []
+
+    def fires(self, step: int) -> bool:
+        """Not before training (there is no batch loss yet)."""
+        return step > 0 and super().fires(step)
+
+    def on_step(self, trainer: Any, step: int, loss: Tensor | None) -> None:
+        """Keep ``{"step", "loss"}``."""
+        self.rows.append({"step": step, "loss": float(loss)})
+
+    def state_dict(self) -> dict[str, Any]:
+        """The rows so far."""
+        return {"rows": self.rows}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore the rows."""
+        self.rows = list(state.get("rows", []))
+
+
+class LossHistory(Callback):
+    """Keep every update's batch loss on its device; :meth:`values` syncs once, at the end."""
+
+    def __init__(self) -> None:
+        super().__init__(every=1)
+        self._losses: list[Tensor] = []
+        self._restored: list[Any] = []
+
+    def fires(self, step: int) -> bool:
+        """Every update (not the state before training)."""
+        return step > 0
+
+    def on_step(self, trainer: Any, step: int, loss: Tensor | None) -> None:
+        """Append the loss tensor (no host synchronisation)."""
+        if loss is not None:
+            self._losses.append(loss.detach())
+
+    def values(self) -> list[Any]:
+        """The losses so far as Python numbers (lists for per-member losses)."""
+        return self._restored + [t.tolist() for t in self._losses]
+
+    def state_dict(self) -> dict[str, Any]:
+        """The losses so far."""
+        return {"losses": self.values()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore the losses."""
+        self._restored, self._losses = list(state.get("losses", [])), []
+
+
+class DivergenceStop(Callback):
+    """Stop at the first non-finite batch loss, before its update (status ``diverged``).
+
+    Checking needs the loss on the host, so it synchronises whenever it fires (every update
+    by default; a larger ``every`` trades detection delay for fewer synchronisations).
+    """
+
+    def __init__(self, every: int = 1) -> None:
+        super().__init__(every=every)
+        self.loss_at_stop = math.nan
+
+    def on_loss(self, trainer: Any, step: int, loss: Tensor) -> None:
+        """Request a stop when ``loss`` is not finite."""
+        value = float(loss.detach())
+        if not math.isfinite(value):
+            self.loss_at_stop = value
+            self.request_stop("diverged")
+
+
+class ProbeStep(Callback):
+    """Close a :class:`actlab.Probe`'s step after every update (the probe keeps its own
+    schedule of what to record)."""
+
+    def __init__(self, probe: Any) -> None:
+        super().__init__(every=1)
+        self.probe = probe
+
+    def fires(self, step: int) -> bool:
+        """Every update (not the state before training)."""
+        return step > 0
+
+    def on_step(self, trainer: Any, step: int, loss: Tensor | None) -> None:
+        """``probe.step()``."""
+        self.probe.step()
+
+
+class CurvatureSchedule(EvalLog):
+    """Curvature of some models at its schedule.
+
+    ``targets(trainer) -> {key: (model, batch)}`` names the models to measure (e.g. a few
+    ensemble members); ``measure(model, batch) -> {kind: value}`` defaults to
+    :func:`top_curvature` with ``loss``. Rows hold ``step``, ``key`` and the measured kinds.
+    """
+
+    def __init__(self, targets: Callable[[Any], dict[Any, tuple[torch.nn.Module, Any]]],
+                 loss: Any = None, at: Iterable[int] = (), every: int = 0, *,
+                 measure: Callable[[torch.nn.Module, Any], dict[str, float]] | None = None
+                 ) -> None:
+        super().__init__(lambda _: {}, every, at)
+        if measure is None and loss is None:
+            raise ValueError("loss: needed unless a measure is given")
+        self.targets = targets
+        self.measure_model = measure or (lambda model, batch: top_curvature(model, batch, loss))
+
+    def on_step(self, trainer: Any, step: int, loss: Tensor | None) -> None:
+        """Measure every target model on its batch."""
+        for key, (model, batch) in self.targets(trainer).items():
+            self.rows.append({"step": step, "key": key, **self.measure_model(model, batch)})
+
+
+def top_curvature(model: torch.nn.Module, batch: Any, loss: Any, tol: float = 1e-3,
+                  max_iter: int = 40) -> dict[str, float]:
+    """``{"lambda_max_gn": ..., "lambda_max_hessian": ...}`` of ``model`` on one batch (Lanczos)."""
+    from actlab.curvature import GaussNewtonOperator, HessianOperator, top_eigenvalues
+
+    out = {}
+    for kind, op_cls in (("lambda_max_gn", GaussNewtonOperator),
+                         ("lambda_max_hessian", HessianOperator)):
+        values, _, _ = top_eigenvalues(op_cls(model, loss, [batch]), k=1, method="lanczos",
+                                       tol=tol, max_iter=max_iter,
+                                       generator=torch.Generator().manual_seed(0))
+        out[kind] = float(values[0])
+    return out
+
+
+class GradientAngle(Callback):
+    """Angle in degrees between two groups of ensemble members' gradients at chosen updates.
+
+    ``first`` and ``second`` are equal-length lists of member indices in the trainer's
+    flat member order; :attr:`angles` maps the update count to one angle per pair.
+    """
+
+    def __init__(self, at: Iterable[int], first: Sequence[int], second: Sequence[int]) -> None:
+        super().__init__(at=at)
+        if len(first) != len(second):
+            raise ValueError("first, second: need the same number of members")
+        self.first, self.second = list(first), list(second)
+        self.angles: dict[int, list[float]] = {}
+
+    def fires(self, step: int) -> bool:
+        """Only at the chosen updates (never before training)."""
+        return step > 0 and step in self.at
+
+    def wants_grads(self, step: int) -> bool:
+        """Gradients are needed exactly at the chosen updates."""
+        return self.fires(step)
+
+    def on_step(self, trainer: Any, step: int, loss: Tensor | None) -> None:
+        """Angle between each pair of members' flat gradients (float64)."""
+        grads = trainer.last_member_grads().double()
+        g0, g1 = grads[self.first], grads[self.second]
+        cos = (g0 * g1).sum(1) / (g0.norm(dim=1) * g1.norm(dim=1))
+        self.angles[step] = torch.rad2deg(torch.arccos(cos.clamp(-1, 1))).tolist()
+
+    def state_dict(self) -> dict[str, Any]:
+        """The angles so far."""
+        return {"angles": {str(k): v for k, v in self.angles.items()}}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore the angles."""
+        self.angles = {int(k): v for k, v in state.get("angles", {}).items()}
+
+
+class Checkpoint(Callback):
+    """Save the trainer's checkpoint at its schedule (rank 0 only)."""
+
+    def __init__(self, every: int = 0, at: Iterable[int] = ()) -> None:
+        super().__init__(every, at)
+        self.saved: list[int] = []
+
+    def fires(self, step: int) -> bool:
+        """Not before training."""
+        return step > 0 and super().fires(step)
+
+    def on_step(self, trainer: Any, step: int, loss: Tensor | None) -> None:
+        """``trainer.save_checkpoint()`` on rank 0."""
+        if self.writes:
+            self.saved.append(step)
+            trainer.save_checkpoint()

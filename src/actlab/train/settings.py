@@ -1,0 +1,116 @@
+"""The one settings type of the training engine, shared by every experiment config.
+
+:class:`TrainSettings` holds how to train: optimizer, learning rate and schedule, steps,
+batch size, loss, dtype, device and seed (plus the few hyper-parameters the optimizers and
+the single-model :class:`~actlab.train.loop.Trainer` read). Experiment configs keep their flat
+fields (so every ``--set field=value`` name stays as it was) and build their settings with
+:func:`settings_from`, which takes every field the config shares with :class:`TrainSettings`.
+
+Example::
+
+    settings = settings_from(config, loss="half_sse")   # config.lr, config.steps, ...
+    result = train(model, x, y, settings, generator=torch.Generator().manual_seed(0))
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Sequence
+from dataclasses import dataclass, fields
+from typing import Any
+
+import torch
+
+from actlab.errors import ConfigError
+from actlab.train.losses import canonical_loss
+from actlab.train.optim import OPTIMIZERS
+
+SCHEDULES = ("cosine", "linear", "constant")
+DTYPES = ("float32", "float64", "bfloat16")
+TORCH_DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16}
+
+
+def choose(name: str, value: str, valid: Sequence[str]) -> str:
+    """``value`` if it is one of ``valid``, else a :class:`ConfigError` naming ``name``."""
+    if value not in valid:
+        close = difflib.get_close_matches(str(value), valid, n=2, cutoff=0.4)
+        hint = f"did you mean {' or '.join(close)}? " if close else ""
+        raise ConfigError(name, f"unknown {value!r}; {hint}valid: {', '.join(valid)}")
+    return value
+
+
+@dataclass
+class TrainSettings:
+    """How to train (see the module docstring). Defaults: Adam 1e-3, constant rate, no clipping.
+
+    ``decay_vectors=False`` keeps weight decay off biases and norm gains (parameters of
+    fewer than 2 dims). ``eval_every``, ``log_every``, ``checkpoint_every`` and ``compile``
+    are read by the single-model :class:`~actlab.train.loop.Trainer`.
+    """
+
+    optimizer: str = "adam"
+    lr: float = 1e-3
+    momentum: float = 0.9
+    weight_decay: float = 0.0
+    beta1: float = 0.9
+    beta2: float = 0.999
+    schedule: str = "constant"
+    warmup: int = 0
+    min_lr_ratio: float = 0.1
+    grad_clip: float = 0.0
+    decay_vectors: bool = True
+    steps: int = 500
+    batch_size: int = 128
+    loss: str = "cross_entropy"
+    dtype: str = "float32"
+    device: str = "cpu"
+    seed: int = 0
+    eval_every: int = 0
+    log_every: int = 1
+    checkpoint_every: int = 0
+    compile: bool = False
+
+    def __post_init__(self) -> None:
+        choose("optimizer", self.optimizer, OPTIMIZERS)
+        choose("schedule", self.schedule, SCHEDULES)
+        choose("dtype", self.dtype, DTYPES)
+        canonical_loss(self.loss)
+        if not self.lr > 0:
+            raise ConfigError("lr", f"must be > 0, got {self.lr}")
+        for name in ("steps", "warmup", "eval_every", "log_every", "checkpoint_every"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 0:
+                raise ConfigError(name, f"must be an integer >= 0, got {value!r}")
+        if self.log_every < 1:
+            raise ConfigError("log_every", f"must be >= 1, got {self.log_every}")
+        if self.batch_size < 1:
+            raise ConfigError("batch_size", f"must be >= 1, got {self.batch_size}")
+        if not 0.0 <= self.min_lr_ratio <= 1.0:
+            raise ConfigError("min_lr_ratio", f"must be in [0, 1], got {self.min_lr_ratio}")
+        for name in ("beta1", "beta2"):
+            if not 0.0 <= getattr(self, name) < 1.0:
+                raise ConfigError(name, f"must be in [0, 1), got {getattr(self, name)}")
+        for name in ("momentum", "weight_decay", "grad_clip"):
+            if getattr(self, name) < 0:
+                raise ConfigError(name, f"must be >= 0, got {getattr(self, name)}")
+
+    @property
+    def torch_dtype(self) -> torch.dtype:
+        """``dtype`` as a :class:`torch.dtype`."""
+        return TORCH_DTYPES[self.dtype]
+
+
+SETTING_NAMES = tuple(f.name for f in fields(TrainSettings))
+
+
+def settings_from(config: Any, cls: type[TrainSettings] = TrainSettings,
+                  **overrides: Any) -> TrainSettings:
+    """``cls`` built from every field ``config`` shares with it, then ``overrides``.
+
+    Lets a flat experiment config (``lr``, ``steps``, ``batch_size``, ...) compose the engine
+    settings without repeating them; fields the config lacks keep their defaults.
+    """
+    names = {f.name for f in fields(cls)}
+    values = {n: getattr(config, n) for n in names if hasattr(config, n)}
+    values.update(overrides)
+    return cls(**values)

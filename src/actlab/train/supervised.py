@@ -1,0 +1,188 @@
+"""Supervised training of a small model on in-memory tensors, through the engine.
+
+:func:`train` runs the :class:`~actlab.train.loop.Trainer` for ``settings.steps`` updates
+over ``(x, y)`` in seeded epochs (:class:`~actlab.data.sampling.EpochBatches`), with the loss
+``settings.loss`` names (:mod:`actlab.train.losses`), and stops, recording the run as
+``diverged``, at the first non-finite loss instead of raising. :func:`evaluate` reports loss
+and accuracy; :func:`activation_statistics` measures each activation site's share of
+negative inputs and of (near-)zero outputs with :class:`actlab.Probe`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import math
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+
+from actlab.data.sampling import EpochBatches
+from actlab.train.callbacks import Callback, LossHistory
+from actlab.train.loop import STATUS_DIVERGED, STATUS_OK, Trainer, TrainResult
+from actlab.train.losses import canonical_loss, get_loss
+from actlab.train.settings import TrainSettings
+
+__all__ = ["STATUS_DIVERGED", "STATUS_OK", "FitOutcome", "TrainResult", "activation_statistics",
+           "evaluate", "fit_and_measure", "torch_threads", "train"]
+
+
+@contextlib.contextmanager
+def torch_threads(n: int | None) -> Iterator[None]:
+    """Run the block with ``n`` intra-op threads (``None``: unchanged), then restore.
+
+    Small models train fastest on one thread: their matrix products are too small to
+    share, and on a busy machine extra threads mostly spin.
+    """
+    previous = torch.get_num_threads()
+    if n is not None:
+        torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
+
+
+def train(model: nn.Module, x: Tensor, y: Tensor, settings: TrainSettings, *,
+          generator: torch.Generator, on_step: Callable[[int, float], None] | None = None,
+          callbacks: Sequence[Callback] = (),
+          progress: Callable[..., Iterable] | None = None) -> TrainResult:
+    """Train ``model`` in place on ``(x, y)``; see the module docstring.
+
+    The model is put in training mode for the run and its previous mode is restored.
+    ``on_step(step, loss)`` runs after each update with the 0-based step (it synchronises
+    every step; ``callbacks`` fire on their own schedules). ``progress`` wraps the steps.
+    The result's ``losses`` hold every update's batch loss (and the non-finite one that
+    stopped a diverged run).
+    """
+    criterion = get_loss(settings.loss)
+    # One log line at the end: the engine then never reads the loss back between steps.
+    config = dataclasses.replace(settings, log_every=max(1, settings.steps), eval_every=0,
+                                 checkpoint_every=0)
+    order = EpochBatches(len(x), settings.batch_size, generator)
+
+    def batch(step: int) -> tuple[Tensor, Tensor]:
+        idx = order(step)
+        return x[idx], y[idx]
+
+    history = LossHistory()
+    extra = [] if on_step is None else [_ZeroBased(on_step)]
+    was_training = model.training
+    try:
+        trainer = Trainer(model, config, batch, loss_fn=lambda m, b: criterion(m(b[0]), b[1]),
+                          callbacks=[history, *callbacks, *extra], progress=progress)
+        result = trainer.fit()
+    finally:
+        model.train(was_training)
+    result.losses = history.values()
+    if result.status != STATUS_OK:
+        result.losses.append(result.history[-1]["train_loss"])
+    return result
+
+
+class _ZeroBased(Callback):
+    """``on_step(step, loss)`` with the 0-based index of the update just done."""
+
+    def __init__(self, fn: Callable[[int, float], None]) -> None:
+        super().__init__(every=1)
+        self.fn = fn
+
+    def fires(self, step: int) -> bool:
+        """Every update."""
+        return step > 0
+
+    def on_step(self, trainer: object, step: int, loss: Tensor | None) -> None:
+        """Call the function (a host synchronisation)."""
+        self.fn(step - 1, float(loss))
+
+
+@torch.no_grad()
+def evaluate(model: nn.Module, x: Tensor, y: Tensor, *, loss: str = "cross_entropy",
+             batch_size: int = 512) -> dict[str, float]:
+    """Loss and (for cross-entropy) accuracy on ``(x, y)`` in eval mode; the mode is restored."""
+    name = canonical_loss(loss)
+    criterion = get_loss(name)
+    was_training = model.training
+    model.eval()
+    total, correct, n = 0.0, 0, 0
+    try:
+        for start in range(0, len(x), batch_size):
+            out = model(x[start:start + batch_size])
+            target = y[start:start + batch_size]
+            total += float(criterion(out, target)) * len(target)
+            if name == "cross_entropy":
+                correct += int((out.argmax(-1) == target).sum())
+            n += len(target)
+    finally:
+        model.train(was_training)
+    metrics = {"loss": total / n}
+    if name == "cross_entropy":
+        metrics["accuracy"] = correct / n
+    return metrics
+
+
+@torch.no_grad()
+def activation_statistics(model: nn.Module, x: Tensor, *, batch_size: int = 512,
+                          metrics: tuple[str, ...] = ("preact_neg_frac", "sparsity"),
+                          eval_mode: bool = True) -> dict[str, dict[str, float]]:
+    """Per activation site, the probe's ``metrics`` pooled over all of ``x``, plus ``"mean"``.
+
+    ``preact_neg_frac`` is the share of negative activation inputs, ``sparsity`` the share of
+    outputs with ``|a| < 1e-7`` (seed 003 App. D.1). ``"mean"`` averages the sites. Runs in
+    eval mode unless ``eval_mode=False``; the model's mode is restored.
+    """
+    from actlab.probe.probe import Probe
+
+    was_training = model.training
+    model.train(not eval_mode)
+    probe = Probe(model, every=[0], metrics=list(metrics), weights=False)
+    try:
+        for start in range(0, len(x), batch_size):
+            model(x[start:start + batch_size])
+        probe.step()
+        table = probe.table()
+    finally:
+        probe.close()
+        model.train(was_training)
+    stats: dict[str, dict[str, float]] = {}
+    for row in table.itertuples():
+        stats.setdefault(row.layer, {})[row.metric] = float(row.value)
+    if stats:
+        stats["mean"] = {m: float(sum(s[m] for s in stats.values() if m in s) /
+                                  max(1, sum(m in s for s in stats.values()))) for m in metrics}
+    return stats
+
+
+@dataclass
+class FitOutcome:
+    """What :func:`fit_and_measure` found: accuracy and activation statistics on the test set."""
+
+    status: str
+    accuracy: float
+    neg_frac: float
+    sparsity: float
+    steps: int
+    seconds: float
+    final_loss: float
+
+
+def fit_and_measure(model: nn.Module, data, settings: TrainSettings, *, seed: int,
+                    progress: Callable[..., Iterable] | None = None) -> FitOutcome:
+    """Train ``model`` on ``data``'s training split, then measure test accuracy and the mean
+    over activation sites of the negative-input share and the sparsity (eval mode).
+
+    A diverged run returns ``status="diverged"`` with ``nan`` measurements.
+    """
+    torch.manual_seed(seed)  # noise inside activations (noisy_relu)
+    result = train(model, data.x_train, data.y_train, settings,
+                   generator=torch.Generator().manual_seed(seed), progress=progress)
+    if result.status != STATUS_OK:
+        return FitOutcome(result.status, math.nan, math.nan, math.nan, result.steps,
+                          result.seconds, math.nan)
+    accuracy = evaluate(model, data.x_test, data.y_test)["accuracy"]
+    stats = activation_statistics(model, data.x_test).get("mean", {})
+    return FitOutcome(STATUS_OK, accuracy, stats.get("preact_neg_frac", math.nan),
+                      stats.get("sparsity", math.nan), result.steps, result.seconds,
+                      result.final_loss)
