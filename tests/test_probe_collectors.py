@@ -142,27 +142,28 @@ def test_measure_once_matches_brute_force_and_restores_mode() -> None:
         actlab.measure_once(model, batches, metrics=["preact_grad_mean"])
 
 
-def test_measure_once_computes_what_the_training_passes_compute() -> None:
-    """Same numbers as train.classify.activation_statistics and train.lm.probe_forward."""
+def test_training_one_shot_passes_match_hook_captures() -> None:
+    """train.classify.activation_statistics and train.lm.probe_forward (both measure_once
+    now) against statistics computed from our own hook captures."""
     from actlab.train.classify import activation_statistics
     from actlab.train.lm import probe_forward
 
     model = _mlp()
     x = torch.randn(40, 5)
     stats = activation_statistics(model, x, batch_size=16)
-    once = actlab.measure_once(model, x.split(16), metrics=["preact_neg_frac", "sparsity"],
-                               eval_mode=True)
-    for row in once.itertuples():
-        assert stats[row.layer][row.metric] == pytest.approx(row.value, abs=1e-12)
+    for name in ("1", "3"):  # the ReLU and the Tanh
+        pairs = _capture(model, model[int(name)], list(x.split(16)))
+        pre = torch.cat([i for i, _ in pairs])
+        out = torch.cat([o for _, o in pairs])
+        assert stats[name]["preact_neg_frac"] == pytest.approx(float((pre < 0).double().mean()))
+        assert stats[name]["sparsity"] == pytest.approx(float((out.abs() < 1e-7).double().mean()))
     table = probe_forward(model, list(x.split(8)), metrics=("act_mean", "hidden_mean"),
                           blocks=["2"])
-    once = actlab.measure_once(model, list(x.split(8)), metrics=("act_mean", "hidden_mean"),
-                               blocks=["2"], eval_mode=True)
-    old = {(r.layer, r.metric): r.value for r in table.itertuples()}
-    new = {(r.layer, r.metric): r.value for r in once.itertuples()}
-    assert old.keys() == new.keys() and len(new) == 3
-    for key, value in new.items():
-        assert old[key] == pytest.approx(value, abs=1e-12)
+    got = {(r.layer, r.metric): r.value for r in table.itertuples()}
+    hidden = torch.cat([o for _, o in _capture(model, model[2], list(x.split(8)))])
+    assert got[("2", "hidden_mean")] == pytest.approx(float(hidden.double().mean()), rel=1e-6)
+    relu_out = torch.cat([o for _, o in _capture(model, model[1], list(x.split(8)))])
+    assert got[("1", "act_mean")] == pytest.approx(float(relu_out.double().mean()), rel=1e-6)
 
 
 def test_massive_ratio_against_dense() -> None:

@@ -152,27 +152,16 @@ def _config_from(kind: type, source: Any, overrides: dict[str, Any] | None = Non
 def probe_forward(model: nn.Module, inputs: Iterable[Any], *, metrics: Sequence[str],
                   blocks: Iterable[nn.Module | str] | None = None, activations: Any = None,
                   eps: float = 1e-7, forward: Callable[[Any], Any] | None = None) -> Any:
-    """Measure ``metrics`` on evaluation passes over ``inputs`` with a fresh :class:`actlab.Probe`.
+    """Measure ``metrics`` on evaluation passes over ``inputs`` (:func:`actlab.measure_once`).
 
     The model runs in eval mode without gradients (its previous mode is restored), so
     running statistics (percentile norms) are not touched. ``forward(item)`` defaults to
-    ``model(item)``. Returns the probe's tidy table (one step, all passes pooled).
+    ``model(item)``. Returns the tidy frame (layer, metric, value), all passes pooled.
     """
-    from actlab.probe.probe import Probe
+    from actlab.probe.measure import measure_once
 
-    was_training = model.training
-    model.eval()
-    probe = Probe(model, every=1, activations=activations, blocks=blocks, metrics=metrics,
-                  weights=False, eps=eps)
-    try:
-        with torch.no_grad():
-            for item in inputs:
-                forward(item) if forward is not None else model(item)
-        probe.step()
-        return probe.table()
-    finally:
-        probe.close()
-        model.train(was_training)
+    return measure_once(model, inputs, metrics=metrics, activations=activations, blocks=blocks,
+                        eps=eps, forward=forward or model, eval_mode=True)
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -133,18 +133,14 @@ def activation_statistics(model: nn.Module, x: Tensor, *, batch_size: int = 512,
     outputs with ``|a| < 1e-7`` (seed 003 App. D.1). ``"mean"`` averages the sites. Runs in
     eval mode unless ``eval_mode=False``; the model's mode is restored.
     """
-    from actlab.probe.probe import Probe
+    from actlab.probe.measure import measure_once
 
     was_training = model.training
     model.train(not eval_mode)
-    probe = Probe(model, every=[0], metrics=list(metrics), weights=False)
     try:
-        for start in range(0, len(x), batch_size):
-            model(x[start:start + batch_size])
-        probe.step()
-        table = probe.table()
+        batches = (x[start:start + batch_size] for start in range(0, len(x), batch_size))
+        table = measure_once(model, batches, metrics=metrics)
     finally:
-        probe.close()
         model.train(was_training)
     stats: dict[str, dict[str, float]] = {}
     for row in table.itertuples():
