@@ -1,9 +1,13 @@
 """Exception types shared across actlab.
 
 Both derive from ``ValueError`` so callers can catch bad input generically.
+:func:`did_you_mean` is the one "did you mean" hint for every name lookup.
 """
 
 from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
 
 
 class SpecError(ValueError):
@@ -20,3 +24,20 @@ class ConfigError(ValueError):
         self.field = field
         self.why = why
         super().__init__(f"{field}: {why}")
+
+
+def did_you_mean(word: str, choices: Iterable[str], *, n: int = 3, cutoff: float = 0.4,
+                 fallback: bool = False, prefix: str = "") -> str:
+    """The hint for an unknown name: ``"did you mean a, b?"`` naming the closest ``choices``.
+
+    With no close match it returns ``""``, or with ``fallback`` the full list
+    (``"valid: a, b, c"``). A non-empty hint is preceded by ``prefix`` (e.g. ``"; "``), so
+    callers can append it to their message whether or not there is one.
+    """
+    valid = [str(c) for c in choices]
+    close = difflib.get_close_matches(str(word), valid, n=n, cutoff=cutoff)
+    if close:
+        return f"{prefix}did you mean {', '.join(close)}?"
+    if fallback and valid:
+        return f"{prefix}valid: {', '.join(sorted(valid))}"
+    return ""

@@ -29,6 +29,7 @@ from torch import nn
 
 from actlab.errors import ConfigError
 from actlab.probe import metrics as M
+from actlab.probe.columns import COLUMNS
 from actlab.probe.schedule import Schedule, as_schedule
 from actlab.surgery import (
     Where,
@@ -38,7 +39,6 @@ from actlab.surgery import (
     select_sites,
 )
 
-COLUMNS = ["step", "layer", "metric", "value"]
 _CONV = (nn.Conv1d, nn.Conv2d, nn.Conv3d)
 
 

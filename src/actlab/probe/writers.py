@@ -18,7 +18,7 @@ from typing import Any
 
 import pandas as pd
 
-from actlab.probe.probe import COLUMNS
+from actlab.probe.columns import COLUMNS
 
 
 def _check(df: pd.DataFrame) -> None:

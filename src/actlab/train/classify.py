@@ -11,7 +11,6 @@ set, each activation site's share of negative inputs and of (near-)zero outputs 
 from __future__ import annotations
 
 import contextlib
-import difflib
 import math
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -21,6 +20,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from actlab.errors import did_you_mean
+
 OPTIMIZERS = ("sgd", "momentum", "nesterov", "adam", "adamw")
 LOSSES = ("cross_entropy", "mse")
 STATUS_OK = "ok"
@@ -29,8 +30,7 @@ STATUS_DIVERGED = "diverged"
 
 def _check(field_name: str, value: str, valid: tuple[str, ...]) -> str:
     if value not in valid:
-        close = difflib.get_close_matches(value, valid, n=3, cutoff=0.4)
-        hint = f"; did you mean {', '.join(close)}?" if close else ""
+        hint = did_you_mean(value, valid, n=3, cutoff=0.4, prefix="; ")
         raise ValueError(f"{field_name}: unknown {value!r}{hint} (valid: {', '.join(valid)})")
     return value
 

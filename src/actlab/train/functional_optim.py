@@ -214,12 +214,11 @@ _OPTIMIZERS = {"adam": FunctionalAdam, "adamw": FunctionalAdam, "sgd": Functiona
 
 def make_optimizer(name: str, **hyper: float) -> FunctionalOptimizer:
     """A functional optimizer by name (``adam``, ``adamw``, ``sgd``) with its hyper-parameters."""
-    import difflib
+    from actlab.errors import did_you_mean
 
     key = name.lower()
     if key not in _OPTIMIZERS:
-        close = difflib.get_close_matches(key, _OPTIMIZERS, n=3, cutoff=0.4)
-        hint = f"; did you mean {', '.join(close)}?" if close else ""
+        hint = did_you_mean(key, _OPTIMIZERS, n=3, cutoff=0.4, prefix="; ")
         raise ValueError(f"unknown optimizer {name!r}{hint} (valid: {', '.join(_OPTIMIZERS)})")
     if key == "adamw":
         hyper = {"decoupled": True, "weight_decay": 1e-2, **hyper}

@@ -95,11 +95,10 @@ class TrainConfig:
 
 def _choose(name: str, value: str, valid: Sequence[str]) -> None:
     if value not in valid:
-        import difflib
+        from actlab.errors import did_you_mean
 
-        close = difflib.get_close_matches(value, valid, n=2, cutoff=0.4)
-        hint = f"did you mean {' or '.join(close)}? " if close else ""
-        raise ConfigError(name, f"unknown {value!r}; {hint}valid: {', '.join(valid)}")
+        hint = did_you_mean(value, valid, n=2, prefix="; ")
+        raise ConfigError(name, f"unknown {value!r}{hint} (valid: {', '.join(valid)})")
 
 
 def lr_at(step: int, config: TrainConfig) -> float:
