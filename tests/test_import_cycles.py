@@ -112,3 +112,9 @@ def test_no_import_cycles_in_actlab():
     assert len(graph) > 50  # the whole package was read
     cycles = _cycles(graph)
     assert cycles == [], "import cycles: " + "; ".join(" <-> ".join(c) for c in cycles)
+
+
+def test_quadrature_imports_nothing_from_actlab():
+    # The one Gaussian quadrature sits below the registry and the theory code alike.
+    path = SRC / ROOT / "theory" / "quadrature.py"
+    assert _imported("actlab.theory.quadrature", path, _modules()) == set()

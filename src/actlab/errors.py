@@ -27,17 +27,19 @@ class ConfigError(ValueError):
 
 
 def did_you_mean(word: str, choices: Iterable[str], *, n: int = 3, cutoff: float = 0.4,
-                 fallback: bool = False, prefix: str = "") -> str:
+                 fallback: bool = False, quote: bool = False, prefix: str = "") -> str:
     """The hint for an unknown name: ``"did you mean a, b?"`` naming the closest ``choices``.
 
     With no close match it returns ``""``, or with ``fallback`` the full list
-    (``"valid: a, b, c"``). A non-empty hint is preceded by ``prefix`` (e.g. ``"; "``), so
+    (``"valid: a, b, c"``). ``quote`` writes the names as Python strings (``'a'``), for
+    names that may contain spaces or punctuation. A non-empty hint is preceded by ``prefix`` (e.g. ``"; "``), so
     callers can append it to their message whether or not there is one.
     """
     valid = [str(c) for c in choices]
     close = difflib.get_close_matches(str(word), valid, n=n, cutoff=cutoff)
+    show = repr if quote else str
     if close:
-        return f"{prefix}did you mean {', '.join(close)}?"
+        return f"{prefix}did you mean {', '.join(map(show, close))}?"
     if fallback and valid:
-        return f"{prefix}valid: {', '.join(sorted(valid))}"
+        return f"{prefix}valid: {', '.join(map(show, sorted(valid)))}"
     return ""

@@ -279,7 +279,7 @@ def _format(parsed: ParsedSpec) -> str:
 
 
 def _closest(word: str, choices: list[str] | tuple[str, ...]) -> str:
-    return did_you_mean(word, choices, cutoff=0.5, fallback=True)
+    return did_you_mean(word, choices, cutoff=0.5, fallback=True, quote=True)
 
 
 def _number(spec: str, key: str, text: str) -> float:

@@ -57,7 +57,7 @@ def resolve_loss(loss_fn: LossFn | str) -> LossFn:
 
 def _unknown(kind: str, name: str, valid: Iterable[str]) -> str:
     valid = list(valid)
-    hint = did_you_mean(name, valid, n=3, cutoff=0.3, prefix="; ")
+    hint = did_you_mean(name, valid, n=3, cutoff=0.3, quote=True, prefix="; ")
     return f"unknown {kind} {name!r}{hint} (valid: {', '.join(valid[:20])}{' ...' if len(valid) > 20 else ''})"
 
 

@@ -107,7 +107,7 @@ def gated_ffn(kind: str, d_model: int, hidden: int, bias: bool = False) -> Gated
     if key not in GATE_KINDS:
         from actlab.errors import did_you_mean
 
-        hint = did_you_mean(key, GATE_KINDS, n=2, prefix="; ")
+        hint = did_you_mean(key, GATE_KINDS, n=2, quote=True, prefix="; ")
         raise ValueError(f"unknown gated FFN kind {kind!r}{hint} (valid: {sorted(GATE_KINDS)})")
     return GatedFFN(d_model, hidden, GATE_KINDS[key], bias)
 
