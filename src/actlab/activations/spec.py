@@ -632,7 +632,13 @@ class SpecActivation(Activation):
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
+        old_shift = state.pop("shift", None)  # modules pickled when the shift was a float
         super().__setstate__(state)
+        if "offset" not in self._buffers:
+            shift = float(old_shift or 0.0)
+            self.register_buffer("offset", torch.tensor(shift, dtype=torch.float64),
+                                 persistent=False)
+            self._shifted = shift != 0.0
         self._bind_kernels()
 
     def forward(self, x: Tensor) -> Tensor:
