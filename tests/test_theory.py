@@ -12,13 +12,24 @@ from scipy.special import ndtr
 
 import actlab
 import actlab.activations.spec
-from actlab.experiments.gallery import PUBLISHED_AVERAGES
 from actlab.theory import moments, shift
 from actlab.theory.gaussian import Moments, expectation, gain
 
-# The handbook's list "Averages over a Gaussian net input" (z ~ N(0, 1)), four decimals,
-# transcribed once, where the gallery experiment compares against it.
-SEED_AVERAGES = PUBLISHED_AVERAGES
+# Transcribed from the seed texts themselves (never from the code under test).
+# Handbook (seed 001), "Averages over a Gaussian net input", z ~ N(0, 1):
+# (mean, E[f^2], E[f'^2], gain), four decimals (leaky ReLU's moments five, as printed).
+SEED_AVERAGES = {
+    "sigmoid": (0.5000, 0.2934, 0.0448, 1.8462),
+    "tanh": (0.0, 0.3943, 0.4644, 1.5925),
+    "relu": (0.3989, 0.5000, 0.5000, 1.4142),
+    "leaky_relu": (0.3950, 0.50005, 0.50005, 1.4141),
+    "elu": (0.1605, 0.6449, 0.6681, 1.2452),
+    "gelu": (0.2821, 0.4252, 0.4559, 1.5335),
+    "silu": (0.2066, 0.3558, 0.3795, 1.6765),
+    "softplus": (0.8061, 0.9212, 0.2934, 1.0419),
+}
+# "Rethinking" paper (seed 000), Table 1 (tanh from App. A): b = E f(Z), Z ~ N(0, 1/3).
+SEED_SHIFTS = {"relu": 0.230, "gelu": 0.115, "swish": 0.077, "sigmoid": 0.500, "tanh": 0.000}
 
 
 @pytest.mark.parametrize("name", sorted(SEED_AVERAGES))
@@ -35,14 +46,21 @@ def test_seed_gaussian_averages_to_four_decimals(name):
         assert round(got.slope_second_moment, 4) == slope
 
 
-# The "Rethinking" paper's Table 1 (and App. A for tanh): b = E f(Z), Z ~ N(0, 1/3).
-@pytest.mark.parametrize(
-    ("name", "published"),
-    [("relu", 0.230), ("gelu", 0.115), ("swish", 0.077), ("sigmoid", 0.500), ("tanh", 0.000)],
-)
+def test_gallery_compares_against_the_seed_tables():
+    # The gallery keeps its own copy for its report; it must be the published one.
+    from actlab.experiments.gallery import PUBLISHED_AVERAGES, PUBLISHED_SHIFTS
+
+    assert PUBLISHED_AVERAGES == SEED_AVERAGES
+    assert PUBLISHED_SHIFTS == SEED_SHIFTS
+
+
+@pytest.mark.parametrize(("name", "published"), sorted(SEED_SHIFTS.items()))
 def test_table_1_shifts_to_three_decimals(name, published):
     assert round(shift(name), 3) == published
     assert actlab.theory.shift(name, q=1 / 3) == shift(name)
+    # the registry's shift=theory is the same number (one definition of the shift)
+    assert actlab.activations.spec.theory_shift(name) == shift(name)
+    assert actlab.activation(f"{name}:shift=theory").shift == shift(name)
 
 
 def test_shift_closed_forms_of_appendix_a():

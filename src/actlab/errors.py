@@ -1,9 +1,13 @@
 """Exception types shared across actlab.
 
 Both derive from ``ValueError`` so callers can catch bad input generically.
+:func:`did_you_mean` is the one "did you mean" hint for every name lookup.
 """
 
 from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
 
 
 class SpecError(ValueError):
@@ -20,3 +24,24 @@ class ConfigError(ValueError):
         self.field = field
         self.why = why
         super().__init__(f"{field}: {why}")
+
+
+def did_you_mean(word: str, choices: Iterable[str], *, n: int = 3, cutoff: float = 0.4,
+                 fallback: bool = False, quote: bool = False, prefix: str = "",
+                 suffix: str = "") -> str:
+    """The hint for an unknown name: ``"did you mean a, b?"`` naming the closest ``choices``.
+
+    With no close match it returns ``""``, or with ``fallback`` the full list
+    (``"valid: a, b, c"``). ``quote`` writes the names as Python strings (``'a'``), for
+    names that may contain spaces or punctuation. A non-empty hint is preceded by ``prefix`` (e.g. ``"; "``), so
+    callers can append it to their message whether or not there is one; ``suffix`` likewise
+    follows a non-empty hint.
+    """
+    valid = [str(c) for c in choices]
+    close = difflib.get_close_matches(str(word), valid, n=n, cutoff=cutoff)
+    show = repr if quote else str
+    if close:
+        return f"{prefix}did you mean {', '.join(map(show, close))}?{suffix}"
+    if fallback and valid:
+        return f"{prefix}valid: {', '.join(map(show, sorted(valid)))}{suffix}"
+    return ""

@@ -53,10 +53,9 @@ _LINEAR_NAMES = (
 def _choice(field: str, value: str, valid: tuple[str, ...]) -> str:
     if value in valid:
         return value
-    import difflib
+    from actlab.errors import did_you_mean
 
-    close = difflib.get_close_matches(str(value), valid, n=3, cutoff=0.4)
-    hint = f"; did you mean {', '.join(close)}?" if close else ""
+    hint = did_you_mean(str(value), valid, n=3, cutoff=0.4, prefix="; ")
     raise ValueError(f"{field}: unknown value {value!r}{hint} (valid: {', '.join(valid)})")
 
 

@@ -92,7 +92,7 @@ def _last_dim(x: Tensor, dim: int | None) -> bool:
 
 class _FusedShiftCenter(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x: Tensor, kernel: FusedKernel, shift: float,  # type: ignore[override]
+    def forward(ctx, x: Tensor, kernel: FusedKernel, shift: Tensor,  # type: ignore[override]
                 dim: int | None) -> Tensor:
         ctx.save_for_backward(x)
         ctx.kernel, ctx.dim = kernel, dim
@@ -100,12 +100,12 @@ class _FusedShiftCenter(torch.autograd.Function):
         if ctx.native:  # one pass instead of two (shift) or four (centring)
             kind, param = kernel.native_kind, kernel.native_param
             if dim is None:
-                return native.shift_forward(x, kind, param, shift)
+                return native.shift_forward(x, kind, param, float(shift))
             return native.center_forward(x, kind, param)
         y = kernel.forward(x)
         if dim is not None:  # centring removes any constant, so the shift is moot
             return y.sub_(y.mean(dim=dim, keepdim=True))
-        return y.sub_(shift) if shift != 0.0 else y
+        return y.sub_(shift)
 
     @staticmethod
     def backward(ctx, grad_output: Tensor):  # type: ignore[override]
@@ -124,7 +124,8 @@ class _FusedShiftCenter(torch.autograd.Function):
         return kernel.backward_into(centred, x), None, None, None
 
 
-def fused_shift_center(x: Tensor, kernel: FusedKernel, shift: float = 0.0,
+def fused_shift_center(x: Tensor, kernel: FusedKernel, shift: Tensor,
                        dim: int | None = None) -> Tensor:
-    """f(x) − shift, or f(x) centred over ``dim`` when ``dim`` is given, in one autograd node."""
+    """f(x) − shift (a 0-dim tensor: the module's ``offset``), or f(x) centred over ``dim``
+    when ``dim`` is given, in one autograd node."""
     return _FusedShiftCenter.apply(x, kernel, shift, dim)

@@ -35,9 +35,9 @@ ENV_VAR = "ACTLAB_NATIVE_KERNELS"
 SOURCE = Path(__file__).with_name("csrc") / "shift_kernels.cpp"
 # Order-statistic kernels (Percentile Centering, Top-K): their own extension.
 SELECTION_SOURCE = SOURCE.parent / "selection.cpp"
-# Kernel numbers shared with the C++ source.
-KINDS = {"relu": 0, "leaky_relu": 1, "gelu": 2, "silu": 3}
-
+# The kernel numbers of csrc/activation_functors.h; every extension exports its table
+# (``kinds()``) and load_extension checks it against this one.
+KINDS = {"relu": 0, "leaky_relu": 1, "gelu": 2, "silu": 3, "sigmoid": 4, "tanh": 5}
 
 
 def requested_by_environment() -> bool:
@@ -74,12 +74,15 @@ def _put_ninja_on_path() -> None:
     os.environ["PATH"] = ninja.BIN_DIR + os.pathsep + os.environ.get("PATH", "")
 
 
-def load_extension(name: str, sources: list[Path], verbose: bool = False) -> ModuleType | None:
+def load_extension(name: str, sources: list[Path], verbose: bool = False, *,
+                   uses_kinds: bool = True) -> ModuleType | None:
     """Compile (or load from torch's cache) one of actlab's C++ extensions.
 
     Every source may include ``activation_functors.h`` (this directory is on the include
-    path). Returns ``None`` with a one-time warning if the build fails; :func:`build_error`
-    then gives the reason. Results are remembered per ``name``.
+    path). Returns ``None`` with a one-time warning if the build fails or, for an extension
+    that dispatches on activation kinds (``uses_kinds``), its kind table differs from
+    :data:`KINDS` (:func:`check_kinds`); :func:`build_error` then gives the reason.
+    Results are remembered per ``name``.
     """
     if name in _extensions:
         return _extensions[name]
@@ -99,13 +102,25 @@ def load_extension(name: str, sources: list[Path], verbose: bool = False) -> Mod
             extra_ldflags=["-fopenmp"],
             verbose=verbose,
         )
-    except Exception as exc:  # compiler or ninja missing, unsupported platform, ...
+        if uses_kinds:
+            check_kinds(module)
+    except Exception as exc:  # no compiler or ninja, unsupported platform, kind mismatch
         reason = f"{type(exc).__name__}: {str(exc).strip().splitlines()[-1][:300]}"
         _build_errors[name] = reason
         warnings.warn(f"actlab native kernels ({name}) unavailable, using ATen ops ({reason})",
                       RuntimeWarning, stacklevel=2)
+        module = None
     _extensions[name] = module
     return module
+
+
+def check_kinds(module: ModuleType) -> None:
+    """Raise ``RuntimeError`` unless the extension's kind table (``module.kinds()``) is
+    :data:`KINDS`: a kernel run under the wrong number would compute another function."""
+    table = dict(module.kinds())
+    if table != KINDS:
+        raise RuntimeError(f"kernel kinds of {getattr(module, '__name__', module)} are {table}, "
+                           f"expected {KINDS}")
 
 
 def build(verbose: bool = False) -> ModuleType | None:
@@ -169,7 +184,7 @@ def selection() -> ModuleType | None:
     (built on first use), else ``None``."""
     if not _enabled:
         return None
-    return load_extension("actlab_selection", [SELECTION_SOURCE])
+    return load_extension("actlab_selection", [SELECTION_SOURCE], uses_kinds=False)
 
 
 def selection_usable(x: Tensor) -> bool:

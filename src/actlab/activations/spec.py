@@ -14,7 +14,6 @@ uses the Gaussian mean at pre-activation variance ``q``, default 1/3), ``adaptiv
 
 from __future__ import annotations
 
-import difflib
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -26,7 +25,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from actlab.activations import elementwise as ew
-from actlab.activations.base import Activation
+from actlab.activations.base import Activation, functorch_transforms_active
 from actlab.activations.fused import fused_kernel, fused_shift_center
 from actlab.activations.shift import AdaptiveCenter, feature_dim
 from actlab.activations.sparse import topk_sparsify
@@ -37,19 +36,23 @@ from actlab.activations.special import (
     relu_output_writable,
     sugar,
 )
-from actlab.errors import SpecError
+from actlab.errors import SpecError, did_you_mean
+from actlab.theory.quadrature import expectation
 
 __all__ = [
     "ActivationDef",
     "ParsedSpec",
     "SpecActivation",
     "activation",
+    "base_spec",
     "available_activations",
     "canonical_spec",
     "is_bounded",
     "parse_spec",
     "register_activation",
     "resolve_elementwise",
+    "split_spec",
+    "theory_shift",
     "unregister_activation",
 ]
 
@@ -276,10 +279,7 @@ def _format(parsed: ParsedSpec) -> str:
 
 
 def _closest(word: str, choices: list[str] | tuple[str, ...]) -> str:
-    close = difflib.get_close_matches(word, list(choices), n=3, cutoff=0.5)
-    if close:
-        return "did you mean " + " or ".join(repr(c) for c in close) + "?"
-    return "valid: " + ", ".join(sorted(choices))
+    return did_you_mean(word, choices, cutoff=0.5, fallback=True, quote=True)
 
 
 def _number(spec: str, key: str, text: str) -> float:
@@ -321,41 +321,55 @@ def _common_value(spec: str, key: str, text: str) -> Any:
     return value
 
 
+def split_spec(spec: str, what: str = "activation") -> tuple[str, list[tuple[str, str | None]]]:
+    """Split ``NAME:key=value:flag`` into the lower-cased name and ``[(key, value or None)]``.
+
+    The one tokenizer of the spec grammar, shared by activations and norms
+    (:func:`actlab.nn.norms.parse_norm`). Keys are lower-cased, values stripped; a flag has
+    the value ``None``. Empty options, empty values and repeated keys raise
+    :class:`SpecError`; ``what`` names the kind of spec in the messages.
+    """
+    if not isinstance(spec, str) or not spec.strip():
+        raise SpecError(f"an {what} spec must be a non-empty string, got {spec!r}")
+    name, *pieces = (p.strip() for p in spec.strip().split(":"))
+    options: list[tuple[str, str | None]] = []
+    for piece in pieces:
+        if not piece:
+            raise SpecError(f"{spec!r}: empty option (two ':' in a row or a trailing ':')")
+        key, has_value, text = piece.partition("=")
+        key, text = key.strip().lower(), text.strip()
+        if has_value and not text:
+            raise SpecError(f"{spec!r}: option {key!r} needs a value ({key}=...)")
+        if any(key == seen for seen, _ in options):
+            raise SpecError(f"{spec!r}: option {key!r} given twice")
+        options.append((key, text if has_value else None))
+    return name.lower(), options
+
+
 def parse_spec(spec: str) -> ParsedSpec:
     """Parse and validate a spec string; raise :class:`SpecError` (a ``ValueError``) naming
     the closest valid names or options, or the option whose value is out of range."""
     if isinstance(spec, ParsedSpec):
         return spec
-    if not isinstance(spec, str) or not spec.strip():
-        raise SpecError(f"an activation spec must be a non-empty string, got {spec!r}")
-    pieces = [p.strip() for p in spec.strip().split(":")]
-    name = pieces[0].lower()
-    name = _ALIASES.get(name, name)
+    raw_name, pieces = split_spec(spec)
+    name = _ALIASES.get(raw_name, raw_name)
     if name not in _REGISTRY:
         names = sorted(_REGISTRY) + sorted(_ALIASES)
-        raise SpecError(f"unknown activation {pieces[0]!r}; {_closest(pieces[0].lower(), names)}")
+        raise SpecError(f"unknown activation {raw_name!r}; {_closest(raw_name, names)}")
     defn = _REGISTRY[name]
     options: dict[str, Any] = {}
     flags: set[str] = set()
-    seen: set[str] = set()
-    for piece in pieces[1:]:
-        if not piece:
-            raise SpecError(f"{spec!r}: empty option (two ':' in a row or a trailing ':')")
-        key, has_value, text = piece.partition("=")
-        key, text = key.strip().lower(), text.strip()
+    for key, text in pieces:
         if key not in defn.option_names:
             raise SpecError(f"{spec!r}: unknown option {key!r} for {name!r}; "
                             f"{_closest(key, defn.option_names)}")
-        if key in seen:
-            raise SpecError(f"{spec!r}: option {key!r} given twice")
-        seen.add(key)
         is_flag = key in defn.flags or key in defn.module_flags or key in COMMON_FLAGS
         if is_flag:
-            if has_value:
+            if text is not None:
                 raise SpecError(f"{spec!r}: option {key!r} is a flag and takes no value")
             flags.add(key)
             continue
-        if not has_value or not text:
+        if text is None:
             raise SpecError(f"{spec!r}: option {key!r} needs a value ({key}=...)")
         if key in defn.params:
             value = _number(spec, key, text)
@@ -503,30 +517,12 @@ def resolve_elementwise(
 
 
 def theory_shift(spec: str | ParsedSpec, q: float = DEFAULT_Q) -> float:
-    """E f(z) for z ~ N(0, q), f the elementwise part of ``spec``.
+    """E f(z) for z ~ N(0, q), f the elementwise part of ``spec`` (:func:`base_spec`).
 
-    Uses :func:`actlab.theory.gaussian.shift`; if that module is not importable, a
-    200-point Gauss-Legendre quadrature folded at 0 (the same method, accurate to ~1e-12
-    for functions smooth on each side of 0).
+    The one definition of ``shift=theory`` (eq. 15 of the "Rethinking" paper): q = 1/3 gives
+    Table 1 (ReLU 0.230, GELU 0.115, Swish 0.077, sigmoid 0.500).
     """
-    base = base_spec(spec)
-    try:
-        from actlab.theory.gaussian import shift as gaussian_shift
-    except ImportError:
-        return _quadrature_mean(resolve_elementwise(base)[0], q)
-    return float(gaussian_shift(base, q))
-
-
-def _quadrature_mean(f: Callable[[Tensor], Tensor], q: float) -> float:
-    import numpy as np
-
-    nodes, weights = np.polynomial.legendre.leggauss(200)
-    upper = 12.0  # the standard normal density is below 1e-31 beyond
-    z = torch.from_numpy(0.5 * upper * (nodes + 1.0))
-    w = torch.from_numpy(0.5 * upper * weights) * torch.exp(-0.5 * z * z) / math.sqrt(2 * math.pi)
-    scale = math.sqrt(q)
-    total = (w * (f(scale * z) + f(-scale * z))).sum()
-    return float(total)
+    return expectation(resolve_elementwise(base_spec(spec))[0], q)
 
 
 # -------------------------------------------------------------------------------- module
@@ -548,12 +544,20 @@ def _output_bounds(bounds: tuple[float, float] | None, clip: float | None, shift
 class SpecActivation(Activation):
     """The module built from a spec: the function, then clip, shift, adaptive and topk.
 
-    Attributes: ``spec`` (canonical string), ``bounded`` (a saturating function),
-    ``bounds`` (the output range ``(low, high)`` where known, else ``None``), ``clip``,
-    ``shift`` (the
-    constant subtracted, with ``shift=theory`` resolved at construction), ``center``
-    (an :class:`~actlab.activations.shift.AdaptiveCenter` or ``None``), ``topk``.
+    Attributes: ``spec`` (canonical string), ``parsed`` (its :class:`ParsedSpec`),
+    ``bounded`` (a saturating function), ``bounds`` (the output range ``(low, high)`` where
+    known, else ``None``), ``clip``, ``shift`` (the constant subtracted, with
+    ``shift=theory`` resolved at construction), ``center`` (an
+    :class:`~actlab.activations.shift.AdaptiveCenter` or ``None``), ``topk``.
+
+    The shift is module state: the 0-dim buffer ``offset`` (float64 until the module is
+    cast), which follows ``.to()`` and which every path reads (eager, torch.func transforms,
+    the fused and native kernels). Every module has it, zero without a shift, so modules
+    that differ only in their shift have the same structure and stack into one vmapped
+    ensemble. It is not saved in ``state_dict``: the spec determines it.
     """
+
+    offset: Tensor
 
     def __init__(self, parsed: ParsedSpec) -> None:
         super().__init__()
@@ -566,14 +570,17 @@ class SpecActivation(Activation):
         shift = parsed.options.get("shift")
         if shift == "theory":
             shift = theory_shift(parsed, parsed.options.get("q", DEFAULT_Q))
-        self.shift: float = float(shift or 0.0)
+        shift = float(shift or 0.0)
+        self.register_buffer("offset", torch.tensor(shift, dtype=torch.float64),
+                             persistent=False)
+        self._shifted = shift != 0.0  # eager paths skip the subtraction of a zero shift
         self.topk: float | None = parsed.options.get("topk")
         adaptive = "adaptive" in parsed.flags
         self.center = (
             AdaptiveCenter(parsed.options.get("momentum"), parsed.options.get("freeze_after"))
             if adaptive else None
         )
-        self.bounds = _output_bounds(defn.bounds, self.clip, self.shift, adaptive, self.topk)
+        self.bounds = _output_bounds(defn.bounds, self.clip, shift, adaptive, self.topk)
         self.core: nn.Module | None = None
         if parsed.name == "silu" and "learnable" in parsed.flags:
             self.core = LearnableSiLUCore(params["beta"])
@@ -581,12 +588,17 @@ class SpecActivation(Activation):
             self.core = defn.core(**params)
         self._bind_kernels()
 
+    @property
+    def shift(self) -> float:
+        """The constant subtracted after the function, as a float (read from ``offset``)."""
+        return float(self.offset)
+
     def _bind_kernels(self) -> None:
         """Choose the forward kernels (plain functions, not state: rebuilt on unpickling)."""
         parsed = self.parsed
         defn = _REGISTRY[parsed.name]
         params = parsed.params
-        post_ops = self.clip is not None or self.shift != 0.0 or self.center is not None
+        post_ops = self.clip is not None or self._shifted or self.center is not None
         self._fn: Callable[[Tensor], Tensor] | None = None
         if self.core is not None:
             self._inplace_ok = defn.inplace_ok or parsed.name == "silu"
@@ -607,7 +619,7 @@ class SpecActivation(Activation):
             and self.center.freeze_after is None
         self._fused = None
         if self.core is None and self.clip is None and (
-            plain_center or (self.center is None and self.shift != 0.0)
+            plain_center or (self.center is None and self._shifted)
         ):
             self._fused = fused_kernel(parsed.name, params)
 
@@ -620,36 +632,42 @@ class SpecActivation(Activation):
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
+        old_shift = state.pop("shift", None)  # modules pickled when the shift was a float
         super().__setstate__(state)
+        if "offset" not in self._buffers:
+            shift = float(old_shift or 0.0)
+            self.register_buffer("offset", torch.tensor(shift, dtype=torch.float64),
+                                 persistent=False)
+            self._shifted = shift != 0.0
         self._bind_kernels()
 
     def forward(self, x: Tensor) -> Tensor:
         """Apply the activation and its options."""
-        if torch._C._are_functorch_transforms_active():
+        if functorch_transforms_active():
             return self._forward_out_of_place(x)
         if self._fused is not None:
             dim = feature_dim(x) if self.center is not None else None
-            y = fused_shift_center(x, self._fused, self.shift, dim)
-            return topk_sparsify(y, self.topk) if self.topk is not None else y
-        y = self.core(x) if self.core is not None else self._fn(x)
-        if self.clip is not None:
-            y = torch.clamp_max(y, self.clip)
-        if self.shift != 0.0:
-            y = y.sub_(self.shift) if self._inplace_ok else y - self.shift
-        if self.center is not None:
-            y = self.center(y, inplace=self._inplace_ok or self.shift != 0.0)
-        if self.topk is not None:
-            y = topk_sparsify(y, self.topk)
-        return y
-
+            y = fused_shift_center(x, self._fused, self.offset, dim)
+        else:
+            y = self.core(x) if self.core is not None else self._fn(x)
+            if self.clip is not None:
+                y = torch.clamp_max(y, self.clip)
+            if self._shifted:
+                y = y.sub_(self.offset) if self._inplace_ok else y - self.offset
+            if self.center is not None:
+                y = self.center(y, inplace=self._inplace_ok or self._shifted)
+        return topk_sparsify(y, self.topk) if self.topk is not None else y
 
     def _forward_out_of_place(self, x: Tensor) -> Tensor:
-        """The same function with plain out-of-place ops, so torch.func can transform it."""
+        """The same function with plain out-of-place ops, so torch.func can transform it.
+
+        The shift is always subtracted here (zero or not): in a vmapped ensemble the members
+        share this module's code but each brings its own ``offset``.
+        """
         y = self._plain_fn(x)
         if self.clip is not None:
             y = torch.clamp_max(y, self.clip)
-        if self.shift != 0.0:
-            y = y - self.shift
+        y = y - self.offset
         if self.center is not None:
             y = self.center(y, inplace=False)
         if self.topk is not None:

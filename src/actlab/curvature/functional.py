@@ -7,7 +7,6 @@ Everything here works on *detached copies* of a model's parameters through
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -15,6 +14,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.func import functional_call, grad
+
+from actlab.errors import did_you_mean
 
 ParamSelection = Callable[[str, torch.Tensor], bool] | Sequence[str] | None
 Batch = tuple[Any, Any]
@@ -60,8 +61,7 @@ def resolve_loss(loss_fn: LossFn | str) -> LossFn:
 
 def _unknown(kind: str, name: str, valid: Iterable[str]) -> str:
     valid = list(valid)
-    close = difflib.get_close_matches(name, valid, n=3, cutoff=0.3)
-    hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
+    hint = did_you_mean(name, valid, n=3, cutoff=0.3, quote=True, prefix="; ")
     return f"unknown {kind} {name!r}{hint} (valid: {', '.join(valid[:20])}{' ...' if len(valid) > 20 else ''})"
 
 

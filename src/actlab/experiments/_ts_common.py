@@ -17,6 +17,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from actlab.activations.spec import theory_shift  # noqa: F401 (E phi(Z), Z ~ N(0, 1/3))
 from actlab.analysis import (  # noqa: F401 (re-exported for the experiments)
     COLORS,
     crossover_steps,
@@ -115,13 +116,6 @@ def validate_shift_offsets(offsets: Sequence[float]) -> None:
     """Shift grids are offsets around the theory shift, so 0 (the theory shift) must be one."""
     if 0.0 not in [float(o) for o in offsets]:
         raise ConfigError("shift_offsets", "must contain 0 (the theory shift itself)")
-
-
-def theory_shift(activation: str) -> float:
-    """The post-activation mean at initialisation, E[phi(Z)], Z ~ N(0, 1/3) (Table 1)."""
-    from actlab.theory import shift
-
-    return float(shift(activation, q=1 / 3))
 
 
 def shifted_spec(activation: str, b: float | str) -> str:

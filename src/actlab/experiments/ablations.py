@@ -14,7 +14,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from actlab.errors import ConfigError
+from actlab.errors import ConfigError, did_you_mean
 from actlab.experiments import _ts_common as ts
 from actlab.runner.experiment import (
     STATUS_DIVERGED,
@@ -47,12 +47,10 @@ class Config(ts.ModelSettings):
     def __post_init__(self) -> None:
         self.validate()
         ts.validate_activations("activation", [self.activation])
-        import difflib
 
         for v in self.variants:
             if v not in VARIANTS:
-                close = difflib.get_close_matches(v, VARIANTS, n=3, cutoff=0.4)
-                hint = f"; did you mean {', '.join(close)}?" if close else ""
+                hint = did_you_mean(v, VARIANTS, n=3, cutoff=0.4, prefix="; ")
                 raise ConfigError("variants", f"unknown variant {v!r}{hint} (valid: {', '.join(VARIANTS)})")
 
 

@@ -107,7 +107,7 @@ def norm_spec(norm: str, q: float, warmup: int) -> str:
     if norm == "percentile":
         return f"percentile:q={q:g}"
     if norm == "percentile-frozen":
-        return f"percentile:q={q:g},freeze_after={warmup}"
+        return f"percentile:q={q:g}:freeze_after={warmup}"
     return norm
 
 

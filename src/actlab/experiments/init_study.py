@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from torch import nn
 
 from actlab.data.spirals import data_seed, two_spirals
-from actlab.errors import ConfigError
+from actlab.errors import ConfigError, did_you_mean
 from actlab.experiments._common import check_input_scale, require_at_least_one, require_positive
 from actlab.measure.signal import logistic_cross_entropy, weight_grad_norms
 from actlab.nn.deep_mlp import deep_mlp
@@ -132,12 +132,10 @@ class InitStudyConfig:
     late_window: int = 15
 
     def __post_init__(self) -> None:
-        import difflib
 
         for name in self.configurations:
             if name not in CONFIGURATIONS:
-                close = difflib.get_close_matches(name, CONFIGURATIONS, n=3, cutoff=0.4)
-                hint = f"; did you mean {', '.join(close)}?" if close else ""
+                hint = did_you_mean(name, CONFIGURATIONS, n=3, cutoff=0.4, prefix="; ")
                 raise ConfigError("configurations", f"unknown configuration {name!r}{hint}")
         if not self.configurations:
             raise ConfigError("configurations", "need at least one")

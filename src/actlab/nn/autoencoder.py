@@ -17,13 +17,13 @@ PSNR).
 
 from __future__ import annotations
 
-import difflib
 import math
 from collections.abc import Sequence
 
 import torch
 from torch import Tensor, nn
 
+from actlab.errors import did_you_mean
 from actlab.nn.mlp import build_activation
 
 SIMILARITIES = ("correlation", "cosine", "psnr")
@@ -142,8 +142,7 @@ def image_similarity(a: Tensor, b: Tensor, kind: str = "correlation") -> Tensor:
     as the peak. A constant image has correlation 0.
     """
     if kind not in SIMILARITIES:
-        close = difflib.get_close_matches(kind, SIMILARITIES, n=3, cutoff=0.4)
-        hint = f"; did you mean {', '.join(close)}?" if close else ""
+        hint = did_you_mean(kind, SIMILARITIES, n=3, cutoff=0.4, prefix="; ")
         raise ValueError(f"unknown similarity {kind!r}{hint} (valid: {', '.join(SIMILARITIES)})")
     if a.shape != b.shape or a.dim() < 2:
         raise ValueError(f"need two batches of the same shape, got {tuple(a.shape)} and "

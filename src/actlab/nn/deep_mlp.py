@@ -36,7 +36,7 @@ import torch
 from torch import nn
 
 from actlab import init
-from actlab.errors import ConfigError
+from actlab.errors import ConfigError, did_you_mean
 
 Norm = Literal["batch", "layer"] | None
 SCHEMES = ("xavier", "he", "torch-default", "fixed-point", "orthogonal", "std")
@@ -72,10 +72,8 @@ def weight_std(
     deviation its entries have on average, ``gain / sqrt(fan_in)``.
     """
     if scheme not in SCHEMES:
-        import difflib
 
-        close = difflib.get_close_matches(scheme, SCHEMES, n=3, cutoff=0.3)
-        hint = f"; did you mean {', '.join(close)}?" if close else ""
+        hint = did_you_mean(scheme, SCHEMES, n=3, cutoff=0.3, prefix="; ")
         raise ValueError(f"unknown init scheme {scheme!r}{hint} (valid: {', '.join(SCHEMES)})")
     if scheme == "std":
         if std is None or not std > 0:

@@ -105,11 +105,10 @@ def gated_ffn(kind: str, d_model: int, hidden: int, bias: bool = False) -> Gated
     """Build a named gated FFN: ``kind`` is one of "glu", "reglu", "geglu", "swiglu"."""
     key = kind.lower()
     if key not in GATE_KINDS:
-        import difflib
+        from actlab.errors import did_you_mean
 
-        close = difflib.get_close_matches(key, list(GATE_KINDS), n=2, cutoff=0.4)
-        hint = f"did you mean {' or '.join(map(repr, close))}?" if close else ""
-        raise ValueError(f"unknown gated FFN kind {kind!r}; {hint} valid: {sorted(GATE_KINDS)}")
+        hint = did_you_mean(key, GATE_KINDS, n=2, quote=True, prefix="; ")
+        raise ValueError(f"unknown gated FFN kind {kind!r}{hint} (valid: {sorted(GATE_KINDS)})")
     return GatedFFN(d_model, hidden, GATE_KINDS[key], bias)
 
 

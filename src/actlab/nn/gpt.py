@@ -21,7 +21,6 @@ each block's MLP activation is ``model.blocks[i].mlp.act`` (found by
 
 from __future__ import annotations
 
-import difflib
 import math
 from dataclasses import dataclass
 
@@ -29,7 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from actlab.errors import ConfigError
+from actlab.errors import ConfigError, did_you_mean
 from actlab.nn.ffn import (
     FFN,
     GATE_KINDS,
@@ -82,9 +81,8 @@ class GPTConfig:
             raise ConfigError("init_std", f"must be > 0, got {self.init_std}")
         self.ffn = self.ffn.lower()
         if self.ffn not in FFN_KINDS:
-            close = difflib.get_close_matches(self.ffn, FFN_KINDS, n=2, cutoff=0.4)
-            hint = f"did you mean {' or '.join(close)}? " if close else ""
-            raise ConfigError("ffn", f"unknown kind {self.ffn!r}; {hint}valid: {', '.join(FFN_KINDS)}")
+            hint = did_you_mean(self.ffn, FFN_KINDS, n=2, prefix="; ")
+            raise ConfigError("ffn", f"unknown kind {self.ffn!r}{hint} (valid: {', '.join(FFN_KINDS)})")
         try:
             parse_norm(self.norm)
         except ValueError as exc:

@@ -17,8 +17,8 @@ statistics are computed any more (the layer becomes a fixed affine map).
 
 from __future__ import annotations
 
-import difflib
 import math
+import warnings
 from collections.abc import Sequence
 
 import numpy as np
@@ -27,6 +27,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from actlab.activations import native
+from actlab.activations.spec import split_spec
+from actlab.errors import did_you_mean
 
 _INTERPOLATIONS = ("linear", "lower", "higher", "nearest", "midpoint")
 
@@ -480,24 +482,28 @@ _NORM_OPTIONS = {"q": float, "freeze_after": int, "momentum": float, "eps": floa
 
 
 def parse_norm(spec: str) -> tuple[str, dict[str, float | int]]:
-    """Split ``"percentile:q=0.7,freeze_after=100"`` into a name and options.
+    """Split ``"percentile:q=0.7:freeze_after=100"`` into a name and options.
 
-    Unknown names or options raise ``ValueError`` naming the closest valid ones.
+    The grammar is the activations' (:func:`~actlab.activations.spec.split_spec`). The old
+    comma form (``percentile:q=0.7,freeze_after=100``) is still read, with a
+    ``DeprecationWarning``. Unknown names or options raise ``ValueError`` naming the
+    closest valid ones.
     """
-    name, _, rest = spec.strip().lower().partition(":")
+    if isinstance(spec, str) and "," in spec:
+        colon_form = spec.replace(",", ":")
+        warnings.warn(f"norm spec {spec!r}: separate options with ':' ({colon_form!r}); "
+                      "the comma form is deprecated", DeprecationWarning, stacklevel=2)
+        spec = colon_form
+    name, pieces = split_spec(spec, "norm")
     if name not in NORM_NAMES:
-        close = difflib.get_close_matches(name, NORM_NAMES, n=3, cutoff=0.4)
-        hint = f"; did you mean {', '.join(close)}?" if close else ""
-        raise ValueError(f"unknown norm {name!r}{hint} (valid: {', '.join(NORM_NAMES)})")
+        raise ValueError(f"unknown norm {name!r}{did_you_mean(name, NORM_NAMES, prefix='; ')} "
+                         f"(valid: {', '.join(NORM_NAMES)})")
     options: dict[str, float | int] = {}
-    for item in filter(None, (s.strip() for s in rest.split(","))):
-        key, sep, value = item.partition("=")
-        key = key.strip()
-        if not sep or key not in _NORM_OPTIONS:
-            close = difflib.get_close_matches(key, _NORM_OPTIONS, n=2, cutoff=0.4)
-            hint = f"; did you mean {', '.join(close)}?" if close else ""
-            raise ValueError(f"bad norm option {item!r} in {spec!r}{hint} "
-                             f"(valid: {', '.join(_NORM_OPTIONS)})")
+    for key, value in pieces:
+        if value is None or key not in _NORM_OPTIONS:
+            hint = did_you_mean(key, _NORM_OPTIONS, n=2, prefix="; ")
+            raise ValueError(f"bad norm option {key!r} in {spec!r}{hint} "
+                             f"(valid: {', '.join(f'{k}=...' for k in _NORM_OPTIONS)})")
         try:
             options[key] = _NORM_OPTIONS[key](value)
         except ValueError:

@@ -22,101 +22,27 @@ from __future__ import annotations
 
 import copy
 import math
+from collections.abc import Mapping
 
 import torch
 from torch import Tensor, nn
 
-from actlab.activations.base import Activation
+from actlab.activations.spec import activation as build_activation
 from actlab.errors import SpecError
+from actlab.nn import residual_stack
 
 
 def make_activation(spec: str | nn.Module) -> nn.Module:
     """An activation module from a spec string (via ``actlab.activation``) or a module (copied).
 
-    A fixed shift (``relu:shift=theory``, ``gelu:shift=0.115``) is applied here as
-    ``phi(z) - b`` with ordinary tensor ops around the registry's unshifted module: the
-    registry's fast shifted kernels are ``torch.autograd.Function``s without functorch
-    support, and the ensemble (vmap) and curvature tools (grad, jvp) need it. The shift
-    value is the registry's own (so ``theory`` means the same everywhere).
+    The module carries its shift (``relu:shift=theory``, ``gelu:shift=0.115``) as the buffer
+    ``offset``, so models that differ only in their shift stack into one vmapped ensemble.
     """
     if isinstance(spec, nn.Module):
         return copy.deepcopy(spec)
     if not isinstance(spec, str):
         raise SpecError(f"activation: expected a spec string or nn.Module, got {spec!r}")
-    try:
-        from actlab.activations.spec import activation
-    except ImportError:  # the spec registry is optional at import time
-        return _FallbackActivation(spec)
-    module = activation(spec)  # validates the whole spec, resolves shift=theory
-    tokens = spec.strip().split(":")
-    if not any(t.strip().startswith("shift=") for t in tokens):
-        return module
-    shift = float(getattr(module, "shift", 0.0) or 0.0)
-    base = ":".join(t for t in tokens if not t.strip().startswith(("shift=", "q=")))
-    return ShiftedActivation(activation(base), shift, spec)
-
-
-class ShiftedActivation(Activation):
-    """``phi(z) - shift`` around an unshifted activation module (vmap/grad-friendly).
-
-    The shift is a buffer, so models that differ only in their shift (``shift=0`` included)
-    have the same structure and can be stacked into one vmapped ensemble group.
-    """
-
-    shift: Tensor
-
-    def __init__(self, base: nn.Module, shift: float, spec: str = "") -> None:
-        super().__init__()
-        self.base = base
-        # float64, so a float64 model gets the exact shift; 0-dim, so it never promotes x
-        self.register_buffer("shift", torch.tensor(float(shift), dtype=torch.float64))
-        self.spec = spec or f"{getattr(base, 'spec', base)}:shift={shift}"
-
-    def forward(self, x: Tensor) -> Tensor:
-        return self.base(x) - self.shift
-
-
-class _FallbackActivation(Activation):
-    """Minimal ``name[:shift=B|theory]`` activations, used only if the spec registry is absent."""
-
-    _FUNCTIONS = {
-        "relu": torch.relu,
-        "gelu": nn.functional.gelu,
-        "silu": nn.functional.silu,
-        "swish": nn.functional.silu,
-        "tanh": torch.tanh,
-        "sigmoid": torch.sigmoid,
-    }
-
-    def __init__(self, spec: str) -> None:
-        super().__init__()
-        import difflib
-
-        name, *options = spec.strip().lower().split(":")
-        if name not in self._FUNCTIONS:
-            close = difflib.get_close_matches(name, self._FUNCTIONS, n=3, cutoff=0.4)
-            raise SpecError(f"unknown activation {name!r}; did you mean {', '.join(close)}?")
-        self.spec = spec
-        self.fn = self._FUNCTIONS[name]
-        self.shift = 0.0
-        for option in options:
-            key, _, value = option.partition("=")
-            if key != "shift":
-                raise SpecError(f"option {key!r} needs the activation registry (only shift here)")
-            self.shift = gaussian_mean(self.fn) if value == "theory" else float(value)
-
-    def forward(self, x: Tensor) -> Tensor:
-        return self.fn(x) - self.shift if self.shift else self.fn(x)
-
-
-def gaussian_mean(fn, variance: float = 1 / 3, points: int = 80) -> float:
-    """E[fn(Z)] for Z ~ N(0, variance) by Gauss-Hermite quadrature (float64)."""
-    import numpy as np
-
-    nodes, weights = np.polynomial.hermite_e.hermegauss(points)
-    z = torch.as_tensor(nodes * math.sqrt(variance), dtype=torch.float64)
-    values = fn(z).numpy()
-    return float((weights * values).sum() / math.sqrt(2 * math.pi))
+    return build_activation(spec)
 
 
 class ResidualBlock(nn.Module):
@@ -226,9 +152,28 @@ class ResidualMLP(nn.Module):
         :mod:`actlab.nn.residual_stack`), and :class:`~actlab.train.ensemble.Ensemble` then
         uses vmap. Works on a ``meta`` template: only the structure of ``self`` is read.
         """
-        from actlab.nn.residual_stack import ensemble_forward
+        return residual_stack.ensemble_forward(self, params, buffers, x)
 
-        return ensemble_forward(self, params, buffers, x)
+    def fused_tensors(self, params: Mapping[str, Tensor], buffers: Mapping[str, Tensor]
+                      ) -> tuple[list[Tensor], ...] | None:
+        """This model's tensors in ``params``/``buffers`` (keyed as in ``named_parameters``
+        and ``named_buffers``), as the fused path takes them: per block, in block order,
+        ``(LayerNorm weights, LayerNorm biases, up weights, down weights, activation
+        offsets)``. ``None`` if one is missing (a custom activation without ``offset``)."""
+        names = {id(t): n for n, t in (*self.named_parameters(), *self.named_buffers())}
+        groups = (
+            [b.norm.weight for b in self.blocks], [b.norm.bias for b in self.blocks],
+            [b.up.weight for b in self.blocks], [b.down.weight for b in self.blocks],
+            [getattr(b.act, "offset", None) for b in self.blocks],
+        )
+        out = []
+        for group in groups:
+            keys = [names.get(id(t)) for t in group if t is not None]
+            if len(keys) != len(self.blocks) or any(k not in params and k not in buffers
+                                                     for k in keys):
+                return None
+            out.append([params[k] if k in params else buffers[k] for k in keys])
+        return tuple(out)
 
     def extra_repr(self) -> str:
         return (

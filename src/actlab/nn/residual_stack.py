@@ -11,7 +11,8 @@ rest (one more small matrix product per block, cheaper here than the memory traf
 
 It applies to pre-norm models without biases whose blocks all use one of ``relu``,
 ``gelu`` (erf form), ``silu``, ``sigmoid`` or ``tanh``, optionally with a fixed shift
-(``relu:shift=theory``; the shift may differ between members), on float32/float64 CPU
+(``relu:shift=theory``; the shift may differ between members, each member's activation
+``offset`` buffer is read), on float32/float64 CPU
 tensors. It is used by :class:`~actlab.train.ensemble.Ensemble` when the native kernels are
 enabled (:func:`actlab.activations.native.enable` or ``ACTLAB_NATIVE_KERNELS=1``); in every
 other case the ensemble uses vmap as before. Results agree with the vmapped path to
@@ -32,8 +33,9 @@ from actlab.activations import native
 from actlab.activations.spec import SpecActivation
 
 SOURCE = Path(__file__).with_name("csrc") / "residual_stack.cpp"
-# Kernel numbers shared with activation_functors.h.
-KINDS = {"relu": 0, "gelu": 2, "silu": 3, "sigmoid": 4, "tanh": 5}
+# The activations the stack kernel covers; their numbers are native.KINDS (leaky_relu is
+# left out: the kernel passes no slope).
+ACTIVATIONS = ("relu", "gelu", "silu", "sigmoid", "tanh")
 
 
 def extension() -> ModuleType | None:
@@ -44,19 +46,22 @@ def extension() -> ModuleType | None:
     return module if module is not None and module.has_blas() else None
 
 
-def activation_kind(act: nn.Module) -> tuple[int, bool] | None:
-    """``(kernel number, shifted)`` for a block activation the kernels cover, else ``None``."""
-    from actlab.nn.residual_mlp import ShiftedActivation  # residual_mlp imports this module
+def activation_kind(act: nn.Module) -> int | None:
+    """The kernel number of a block activation the kernels cover, else ``None``.
 
-    shifted = isinstance(act, ShiftedActivation)
-    base = act.base if shifted else act
-    if type(base) is not SpecActivation or base.spec not in KINDS:
-        return None  # options such as adaptive or topk change the function
-    return KINDS[base.spec], shifted
+    Any shift is fine (the kernel reads each member's ``offset``); other options, such as
+    ``clip``, ``adaptive`` or ``topk``, change the function.
+    """
+    if type(act) is not SpecActivation:
+        return None
+    parsed = act.parsed
+    if parsed.name not in ACTIVATIONS or parsed.flags or set(parsed.options) - {"shift", "q"}:
+        return None
+    return native.KINDS[parsed.name]
 
 
-def fused_plan(model: nn.Module) -> tuple[int, bool, float] | None:
-    """``(kind, shifted, eps)`` if ``model``'s structure suits the kernels, else ``None``."""
+def fused_plan(model: nn.Module) -> tuple[int, float] | None:
+    """``(kind, eps)`` if ``model``'s structure suits the kernels, else ``None``."""
     if getattr(model, "norm", None) != "pre" or getattr(model, "bias", True):
         return None
     kinds = {activation_kind(block.act) for block in model.blocks}
@@ -67,8 +72,7 @@ def fused_plan(model: nn.Module) -> tuple[int, bool, float] | None:
     eps, affine, has_bias = norms.pop()
     if not (affine and has_bias):
         return None
-    kind, shifted = kinds.pop()
-    return kind, shifted, float(eps)
+    return kinds.pop(), float(eps)
 
 
 def _by_kind(weights: tuple[Tensor, ...] | list[Tensor], blocks: int) -> list[list[Tensor]]:
@@ -106,7 +110,8 @@ def ensemble_forward(model: nn.Module, params: Mapping[str, Tensor],
     ``params``/``buffers`` are stacked over a leading member dimension (as from
     :func:`torch.func.stack_module_state`), ``x`` is ``(members, batch, d)``. ``None`` means
     the kernels do not apply (disabled, unbuilt, another structure, dtype or device) and the
-    caller should use vmap.
+    caller should use vmap. The model hands over its tensors through
+    ``model.fused_tensors(params, buffers)`` (see :class:`~actlab.nn.residual_mlp.ResidualMLP`).
     """
     if x.dim() != 3 or x.device.type != "cpu" or x.dtype not in (torch.float32, torch.float64):
         return None
@@ -114,17 +119,14 @@ def ensemble_forward(model: nn.Module, params: Mapping[str, Tensor],
     plan = fused_plan(model) if ext is not None else None
     if plan is None:
         return None
-    kind, shifted, eps = plan
-    blocks = len(model.blocks)
-    names = [f"blocks.{i}.{part}" for part in ("norm.weight", "norm.bias", "up.weight",
-                                                 "down.weight") for i in range(blocks)]
-    if any(name not in params or params[name].dtype != x.dtype for name in names):
+    kind, eps = plan
+    tensors = model.fused_tensors(params, buffers)
+    if tensors is None:
         return None
-    members = x.shape[0]
-    if shifted:
-        shift = torch.stack([buffers[f"blocks.{i}.act.shift"] for i in range(blocks)])
-        shift = shift.to(x.dtype).reshape(blocks, members).contiguous()
-    else:
-        shift = torch.zeros(blocks, members, dtype=x.dtype)
-    weights = [params[name].contiguous() for name in names]
+    ln_w, ln_b, w_up, w_down, shifts = tensors
+    if any(t.dtype != x.dtype for t in (*ln_w, *ln_b, *w_up, *w_down)):
+        return None
+    blocks, members = len(ln_w), x.shape[0]
+    shift = torch.stack(shifts).to(x.dtype).reshape(blocks, members).contiguous()
+    weights = [t.contiguous() for t in (*ln_w, *ln_b, *w_up, *w_down)]
     return _StackFunction.apply(x.contiguous(), shift, kind, eps, ext, blocks, *weights)

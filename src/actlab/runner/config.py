@@ -15,7 +15,7 @@ import typing
 from collections.abc import Mapping
 from typing import Any
 
-from actlab.errors import ConfigError
+from actlab.errors import ConfigError, did_you_mean
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
@@ -95,7 +95,6 @@ def build_config(cls: type, overrides: Mapping[str, Any] | None = None, base: An
     Unknown keys raise ``ConfigError`` naming the closest fields; values are converted to the
     annotated types, then the dataclass's own ``__post_init__`` validation runs.
     """
-    import difflib
 
     if not dataclasses.is_dataclass(cls):
         raise TypeError(f"{cls!r} is not a dataclass")
@@ -106,8 +105,7 @@ def build_config(cls: type, overrides: Mapping[str, Any] | None = None, base: An
         values = {n: getattr(base, n) for n in fields}
     for key, raw in (overrides or {}).items():
         if key not in fields:
-            close = difflib.get_close_matches(key, fields, n=3, cutoff=0.5)
-            hint = f"; did you mean {', '.join(close)}?" if close else ""
+            hint = did_you_mean(key, fields, n=3, cutoff=0.5, prefix="; ")
             raise ConfigError(key, f"unknown field{hint} (valid: {', '.join(fields)})")
         values[key] = _convert(key, raw, hints[key])
     try:

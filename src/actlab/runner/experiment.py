@@ -170,12 +170,11 @@ def list_experiments() -> dict[str, type[Experiment]]:
 
 def get_experiment(name: str) -> Experiment:
     """An instance of the experiment ``name``; unknown names raise ``ValueError`` with suggestions."""
-    import difflib
+    from actlab.errors import did_you_mean
 
     experiments = list_experiments()
     if name not in experiments:
-        close = difflib.get_close_matches(name, experiments, n=3, cutoff=0.4)
-        hint = f"; did you mean {', '.join(close)}?" if close else ""
+        hint = did_you_mean(name, experiments, n=3, cutoff=0.4, prefix="; ")
         raise ValueError(f"unknown experiment {name!r}{hint} (see `actlab run --list`)")
     return experiments[name]()
 

@@ -7,12 +7,12 @@ and the next one starts.
 
 from __future__ import annotations
 
-import difflib
 import traceback
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from actlab.errors import did_you_mean
 from actlab.runner.driver import RunOptions, run_experiment
 from actlab.runner.execute import error_headline
 from actlab.runner.experiment import list_experiments
@@ -34,8 +34,7 @@ def ordered_experiments(names: list[str] | None = None) -> list[str]:
     if names:
         unknown = [n for n in names if n not in registered]
         if unknown:
-            close = difflib.get_close_matches(unknown[0], registered, n=3, cutoff=0.4)
-            hint = f"; did you mean {', '.join(close)}?" if close else ""
+            hint = did_you_mean(unknown[0], registered, n=3, cutoff=0.4, prefix="; ")
             raise ValueError(f"--only: unknown experiment {unknown[0]!r}{hint}")
     chosen = set(names) if names else set(registered)
     rank = {name: i for i, name in enumerate(PREFERRED_ORDER)}

@@ -1,14 +1,44 @@
-"""Theory: Gaussian moments, shifts, gains, variance recursion, curvature bounds and gradient angles."""
+"""Theory: Gaussian moments, shifts, gains, variance recursion, curvature bounds and gradient angles.
 
-from actlab.theory.gaussian import Moments, gain, moments, shift
-from actlab.theory.recursion import VariancePrediction, predict_variances
+Names are imported lazily: the activation registry uses :mod:`actlab.theory.quadrature`
+(``shift=theory``), and an eager import of :mod:`.gaussian` here, which itself reads the
+registry, would make the two packages import each other.
+"""
 
-__all__ = ["Moments", "VariancePrediction", "gain", "moments", "predict_variances", "shift"]
-from actlab.theory.angle import gradient_angle, relu_moments  # noqa: E402
-from actlab.theory.curvature import (  # noqa: E402
-    down_projection_sharpness,
-    gauss_newton_bounds,
-    optimal_scalar_shift,
-)
+from __future__ import annotations
 
-__all__ += ["down_projection_sharpness", "gauss_newton_bounds", "gradient_angle", "optimal_scalar_shift", "relu_moments"]
+import importlib
+from typing import Any
+
+# public name -> submodule that defines it
+_LAZY = {
+    "Moments": "gaussian",
+    "gain": "gaussian",
+    "moments": "gaussian",
+    "shift": "gaussian",
+    "VariancePrediction": "recursion",
+    "predict_variances": "recursion",
+    "gradient_angle": "angle",
+    "relu_moments": "angle",
+    "down_projection_sharpness": "curvature",
+    "gauss_newton_bounds": "curvature",
+    "optimal_scalar_shift": "curvature",
+}
+
+__all__ = sorted(_LAZY)
+_SUBMODULES = ("angle", "curvature", "fit", "gaussian", "quadrature", "recursion")
+
+
+def __getattr__(name: str) -> Any:
+    if name in _SUBMODULES:
+        return importlib.import_module(f"actlab.theory.{name}")
+    submodule = _LAZY.get(name)
+    if submodule is None:
+        raise AttributeError(f"module 'actlab.theory' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"actlab.theory.{submodule}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return __all__

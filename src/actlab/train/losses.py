@@ -21,7 +21,7 @@ from collections.abc import Callable
 import torch.nn.functional as F
 from torch import Tensor
 
-from actlab.errors import ConfigError
+from actlab.errors import ConfigError, did_you_mean
 
 LossFn = Callable[[Tensor, Tensor], Tensor]
 
@@ -72,11 +72,8 @@ def canonical_loss(name: str, field: str = "loss") -> str:
     """The explicit name of ``name`` (aliases resolved); :class:`ConfigError` naming ``field``."""
     name = ALIASES.get(name, name)
     if name not in LOSSES:
-        import difflib
-
         valid = [*LOSSES, *ALIASES]
-        close = difflib.get_close_matches(str(name), valid, n=3, cutoff=0.4)
-        hint = f"did you mean {', '.join(close)}? " if close else ""
+        hint = did_you_mean(str(name), valid, n=3, suffix=" ")
         raise ConfigError(field, f"unknown loss {name!r}; {hint}valid: {', '.join(valid)}")
     return name
 

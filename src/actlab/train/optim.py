@@ -8,13 +8,12 @@ added to the gradient) and ``adamw`` (decoupled weight decay).
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Iterable
 from typing import Any
 
 import torch
 
-from actlab.errors import ConfigError
+from actlab.errors import ConfigError, did_you_mean
 from actlab.train.functional_optim import FunctionalAdam, FunctionalOptimizer, FunctionalSGD
 
 OPTIMIZERS = ("sgd", "momentum", "nesterov", "adam", "adamw")
@@ -22,8 +21,7 @@ OPTIMIZERS = ("sgd", "momentum", "nesterov", "adam", "adamw")
 
 def _check(name: str) -> str:
     if name not in OPTIMIZERS:
-        close = difflib.get_close_matches(str(name), OPTIMIZERS, n=3, cutoff=0.4)
-        hint = f"did you mean {', '.join(close)}? " if close else ""
+        hint = did_you_mean(str(name), OPTIMIZERS, n=3, suffix=" ")
         raise ConfigError("optimizer", f"unknown {name!r}; {hint}valid: {', '.join(OPTIMIZERS)}")
     return name
 

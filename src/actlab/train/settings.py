@@ -14,14 +14,13 @@ Example::
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
 import torch
 
-from actlab.errors import ConfigError
+from actlab.errors import ConfigError, did_you_mean
 from actlab.train.losses import canonical_loss
 from actlab.train.optim import OPTIMIZERS
 
@@ -33,8 +32,7 @@ TORCH_DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": 
 def choose(name: str, value: str, valid: Sequence[str]) -> str:
     """``value`` if it is one of ``valid``, else a :class:`ConfigError` naming ``name``."""
     if value not in valid:
-        close = difflib.get_close_matches(str(value), valid, n=2, cutoff=0.4)
-        hint = f"did you mean {' or '.join(close)}? " if close else ""
+        hint = did_you_mean(str(value), valid, n=2, suffix=" ")
         raise ConfigError(name, f"unknown {value!r}; {hint}valid: {', '.join(valid)}")
     return value
 

@@ -1,18 +1,26 @@
 // Vectorised activation functors shared by actlab's C++ kernels: the activation and its
 // derivative as compile-time constants, so every loop is specialised to one function.
 //
-// kind: 0 relu, 1 leaky_relu (slope = negative slope), 2 gelu (erf form), 3 silu,
-//       4 sigmoid, 5 tanh.
+// kind: see kind_table() (leaky_relu's parameter `slope` is the negative slope). Every
+// extension exports that table as `kinds()`, and the Python side checks its copy on load.
 #pragma once
 
 #include <torch/extension.h>
 #include <ATen/cpu/vec/vec.h>
 
 #include <cmath>
+#include <cstdint>
+#include <map>
+#include <string>
 
 namespace actlab {
 
 using at::vec::Vectorized;
+
+// The activation kinds by name: the one table of kernel numbers.
+inline std::map<std::string, int64_t> kind_table() {
+  return {{"relu", 0}, {"leaky_relu", 1}, {"gelu", 2}, {"silu", 3}, {"sigmoid", 4}, {"tanh", 5}};
+}
 
 template <typename T, int Kind>
 struct Act {

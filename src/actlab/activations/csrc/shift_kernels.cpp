@@ -3,7 +3,8 @@
 // for each of these (f(x), then the subtraction or the mean); these do it while the data
 // is in registers (shift) or in L1 (one row at a time, centring).
 //
-// Activation kinds: see activation_functors.h (this file uses 0-3).
+// Activation kinds: see kind_table() in activation_functors.h (this file uses relu,
+// leaky_relu, gelu and silu).
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
 #include <ATen/cpu/vec/vec.h>
@@ -122,6 +123,7 @@ torch::Tensor center_backward(const torch::Tensor& grad, const torch::Tensor& x,
 }
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.def("kinds", &actlab::kind_table, "the activation kinds by name");
   m.def("shift_forward", &shift_forward, "f(x) - shift in one pass");
   m.def("center_forward", &center_forward, "f(x) minus its mean over the last dimension");
   m.def("center_backward", &center_backward, "f'(x) * (grad - mean over the last dimension)");

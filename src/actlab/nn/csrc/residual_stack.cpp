@@ -318,6 +318,7 @@ std::vector<Tensor> stack_backward(const Tensor& grad_y, const Tensor& xs,
 }
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.def("kinds", &actlab::kind_table, "the activation kinds by name");
   m.def("has_blas", &has_blas, "whether the BLAS symbols were found");
   m.def("stack_forward", &stack_forward, "pre-norm residual MLP stack, forward, per member");
   m.def("stack_backward", &stack_backward, "pre-norm residual MLP stack, backward, per member");
