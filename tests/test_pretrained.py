@@ -18,10 +18,10 @@ from actlab.hf import (  # noqa: E402
     load_hf_model,
     mean_pooled,
     mlp_sites,
-    profile,
     sentence_embeddings,
     transformer_blocks,
 )
+from actlab.profile import layer_profile  # noqa: E402
 from actlab.runner.driver import RunOptions, run_experiment  # noqa: E402
 
 TEXTS = ["Return the sum of two numbers, raising TypeError for strings.",
@@ -43,7 +43,7 @@ def test_sites_and_blocks(minilm) -> None:
 def test_profile_matches_brute_force(minilm) -> None:
     model, tokenizer = minilm
     inputs = encode_each(tokenizer, TEXTS, 32)
-    stats = profile(model, inputs)
+    stats = layer_profile(model, inputs)
     captured: dict[str, list] = {"p": [], "a": []}
     down = model.encoder.layer[2].output.dense
     handles = [model.encoder.layer[2].intermediate.dense.register_forward_hook(

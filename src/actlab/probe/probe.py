@@ -35,6 +35,7 @@ from actlab.errors import ConfigError
 from actlab.probe import metrics as M
 from actlab.probe.collectors import Collector, collectors_for
 from actlab.probe.columns import COLUMNS
+from actlab.probe.forward import default_forward
 from actlab.probe.schedule import Schedule, as_schedule
 from actlab.surgery import (
     Where,
@@ -529,8 +530,6 @@ class Probe:
 
         Returns a DataFrame with columns layer, units, dead_frac, dead_frac_per_batch, batches.
         """
-        from actlab.probe.measure import measure_once
-
         names = {site.name for site in self.sites}
         batches = [0]
 
@@ -557,8 +556,6 @@ class Probe:
                                            "batches"])
 
     def _default_forward(self, batch: Any) -> Any:
-        from actlab.probe.measure import default_forward
-
         return default_forward(self.model, batch)
 
     # ------------------------------------------------------------------ writers
@@ -608,3 +605,51 @@ class Probe:
     def __repr__(self) -> str:
         return (f"Probe(sites={len(self.sites)}, weights={len(self.weights)}, "
                 f"blocks={len(self.blocks)}, step={self._step}, schedule={self.schedule!r})")
+
+
+#: Collector targets that need a backward pass (``measure_once`` runs without gradients).
+_BACKWARD_TARGETS = ("grad", "wgrad")
+
+
+def measure_once(model: nn.Module, inputs: Iterable[Any], *, metrics: Iterable[str],
+                 activations: Where | bool = None,
+                 blocks: Iterable[nn.Module | str] | None = None,
+                 modules: Iterable[nn.Module | str] | None = None,
+                 eps: float = 1e-7, saturation_tol: float = 0.01,
+                 forward: Callable[[Any], Any] | None = None,
+                 eval_mode: bool = False) -> pd.DataFrame:
+    """Forward-only probe metrics pooled over every batch of ``inputs``.
+
+    One :class:`~actlab.probe.probe.Probe` step over all of ``inputs`` under
+    ``torch.no_grad()``: each batch is run with ``forward(batch)`` (default
+    :func:`default_forward`), and the statistics of all passes are pooled exactly as the
+    probe pools several passes of a training step. ``activations``, ``blocks``, ``eps`` and
+    ``saturation_tol`` are as for ``Probe``; ``modules`` are the modules whose input the
+    ``input`` metrics read (``down_input_range``). The model's train/eval mode is left as it
+    is unless ``eval_mode=True``, which runs in eval mode and restores the previous mode.
+    Weight-state metrics describe the current weights; backward metrics raise ``ValueError``.
+
+    Returns the tidy frame with columns layer, metric, value.
+    """
+    chosen = (metrics,) if isinstance(metrics, str) else tuple(metrics)
+    backward = [m for c in collectors_for(chosen) if c.target in _BACKWARD_TARGETS
+                for m in c.metrics if m in chosen]
+    if backward:
+        raise ValueError(f"measure_once runs without gradients; metrics {backward} need a "
+                         f"backward pass: record them with actlab.Probe during training")
+    run = forward if forward is not None else (lambda batch: default_forward(model, batch))
+    was_training = model.training
+    if eval_mode:
+        model.eval()
+    probe = Probe(model, every=[0], activations=activations, blocks=blocks, metrics=chosen,
+                  eps=eps, saturation_tol=saturation_tol, inputs=modules)
+    try:
+        with torch.no_grad():
+            for batch in inputs:
+                run(batch)
+        probe.step()
+        table = probe.table()
+    finally:
+        probe.close()
+        model.train(was_training)
+    return table.drop(columns="step").reset_index(drop=True)
