@@ -14,6 +14,8 @@ from typing import Any
 
 import numpy as np
 
+from actlab.plotting import pyplot  # noqa: F401 - re-exported for experiments
+
 
 def log_steps(total: int, points: int, also: Sequence[int] = ()) -> list[int]:
     """Logging steps: 0, a geometric series (early dynamics) and a linear one (late), plus ``also``."""
@@ -103,13 +105,6 @@ def early_step(steps: list[int] | np.ndarray, total: int, fraction: float = 0.05
 
 
 # --------------------------------------------------------------------------- figures
-def pyplot():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
 
 
 COLORS = {"unshifted": "tab:blue", "shifted": "tab:red"}

@@ -32,6 +32,7 @@ from actlab.experiments._image_common import (
     record_diverged,
     seeds_in,
 )
+from actlab.plotting import pyplot
 from actlab.runner.experiment import (
     STATUS_OK,
     Claim,
@@ -169,10 +170,7 @@ class AccumulationStop(Experiment):
                 "models": models}
 
     def _figure(self, models: dict[str, Any], ctx: RunContext) -> None:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+        plt = pyplot()
 
         fig, axes = plt.subplots(1, 2, figsize=(9, 3.5))
         for i, (model, entry) in enumerate(models.items()):

@@ -33,6 +33,7 @@ from actlab.errors import ConfigError
 from actlab.experiments._common import check_input_scale, require_at_least_one, require_positive
 from actlab.measure.signal import dead_unit_share
 from actlab.nn.deep_mlp import DeepMLP, deep_mlp
+from actlab.plotting import pyplot
 from actlab.runner.experiment import (
     Claim,
     Experiment,
@@ -234,10 +235,7 @@ class DeadUnitsExperiment(Experiment):
 
 
 def _figure(summary: dict, table, config: DeadUnitsConfig, ctx: RunContext) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.2))
     for i, run in enumerate(SHALLOW_RUNS):

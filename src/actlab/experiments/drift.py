@@ -36,6 +36,7 @@ import torch
 
 from actlab.errors import ConfigError
 from actlab.experiments._common import check_activation_specs, require_at_least_one
+from actlab.plotting import pyplot
 from actlab.runner.experiment import (
     STATUS_DIVERGED,
     Claim,
@@ -312,10 +313,7 @@ class Drift(Experiment):
         return summary
 
     def _figures(self, config: DriftConfig, table: pd.DataFrame, ctx: RunContext) -> None:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+        plt = pyplot()
 
         for cond in ("main", "default-init", "skip", "digits"):
             acts = [a for a in config.activations if (table["run"] == f"{cond}/{a}").any()]

@@ -22,6 +22,7 @@ import torch
 
 from actlab.errors import ConfigError
 from actlab.experiments._common import require_at_least_one, require_positive
+from actlab.plotting import pyplot
 from actlab.runner.experiment import (
     Claim,
     Experiment,
@@ -295,10 +296,7 @@ def gallery_claims(summary: dict) -> list[Claim]:
 
 # ------------------------------------------------------------------------------- figures
 def _draw_gallery(ctx: RunContext, plot_range: float) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     from actlab.theory.gaussian import resolve
 
@@ -325,7 +323,7 @@ def _draw_gallery(ctx: RunContext, plot_range: float) -> None:
 
 
 def _draw_averages(ctx: RunContext, averages: dict) -> None:
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     specs = list(averages)
     fig, axes = plt.subplots(1, 4, figsize=(15, 0.28 * len(specs) + 1.5), sharey=True)
@@ -344,7 +342,7 @@ def _draw_averages(ctx: RunContext, averages: dict) -> None:
 
 
 def _draw_shifts_and_gains(ctx: RunContext, shifts: dict, gains: dict) -> None:
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 3.5))
     names = list(shifts)
@@ -368,7 +366,7 @@ def _draw_shifts_and_gains(ctx: RunContext, shifts: dict, gains: dict) -> None:
 
 
 def _draw_recursion(ctx: RunContext, table) -> None:
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, axes = plt.subplots(1, 3, figsize=(15, 4))
     titles = {"activation_second_moment": "activation second moment m",

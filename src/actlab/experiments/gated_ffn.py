@@ -29,6 +29,7 @@ import numpy as np
 from actlab.errors import ConfigError
 from actlab.experiments._lm_common import mean_or_nan, sd_or_nan, seeded_gpt, train_and_record
 from actlab.nn.ffn import GATE_KINDS, ffn_flops_per_token
+from actlab.plotting import pyplot
 from actlab.runner.experiment import (
     Claim,
     Experiment,
@@ -240,10 +241,7 @@ def _nan0(x: float) -> float:
 
 
 def _figure(summary: dict, ctx: RunContext) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     names = list(summary["variants"])
     v = summary["variants"]

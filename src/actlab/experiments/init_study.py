@@ -42,6 +42,7 @@ from actlab.errors import ConfigError
 from actlab.experiments._common import check_input_scale, require_at_least_one, require_positive
 from actlab.measure.signal import logistic_cross_entropy, weight_grad_norms
 from actlab.nn.deep_mlp import deep_mlp
+from actlab.plotting import pyplot
 from actlab.runner.experiment import (
     STATUS_DIVERGED,
     Claim,
@@ -305,10 +306,7 @@ def gradient_claims(summary: dict) -> list[Claim]:
 
 
 def _figures(summary: dict, table, config: InitStudyConfig, ctx: RunContext) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     names = [name for name in CONFIGURATIONS if name in summary]
     fig, axes = plt.subplots(2, 5, figsize=(20, 7), sharex=True, sharey=True)

@@ -29,6 +29,7 @@ from actlab.experiments._lm_common import (
     train_and_record,
 )
 from actlab.nn.gpt import GPT
+from actlab.plotting import pyplot
 from actlab.runner.experiment import (
     Claim,
     Experiment,
@@ -213,10 +214,7 @@ def _overshoot(table, run: str) -> float:
 
 
 def _figures(table, config: LMShiftConfig, ctx: RunContext) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     acts = config.activations
     fig, axes = plt.subplots(1, len(acts), figsize=(5 * len(acts), 3.5), squeeze=False)

@@ -25,6 +25,7 @@ from actlab.errors import ConfigError
 from actlab.experiments._common import require_at_least_one
 from actlab.measure.signal import half_squared_error, weight_grad_norms
 from actlab.nn.deep_mlp import deep_mlp
+from actlab.plotting import pyplot
 from actlab.runner.experiment import (
     Claim,
     Experiment,
@@ -151,10 +152,7 @@ def _within(value: float, target: float, factor: float = 3.0) -> bool:
 
 
 def _figure(curves: dict, ctx: RunContext) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.2))
     for ax, stack in zip(axes, STACKS):

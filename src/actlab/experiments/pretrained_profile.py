@@ -39,6 +39,7 @@ from actlab.hf import (  # noqa: F401  (re-exported: these names were public her
     sentence_embeddings,
     transformer_blocks,
 )
+from actlab.plotting import pyplot
 from actlab.runner.experiment import (
     Claim,
     Experiment,
@@ -137,10 +138,7 @@ class PretrainedProfileExperiment(Experiment):
 
 
 def _figure(summary: dict, ctx: RunContext) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     layers = summary["layers"]
     order = list(layers)

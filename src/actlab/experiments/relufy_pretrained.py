@@ -27,6 +27,7 @@ import torch.nn.functional as F
 from actlab.data.text import docstrings
 from actlab.errors import ConfigError
 from actlab.hf import encode_each, load_hf_model, mean_pooled, mlp_sites, sentence_embeddings
+from actlab.plotting import pyplot
 from actlab.runner.experiment import (
     STATUS_DIVERGED,
     Claim,
@@ -201,10 +202,7 @@ def _self_distill(model, input_ids, mask, teacher, config: RelufyConfig, seed: i
 
 
 def _figure(summary: dict, ctx: RunContext) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.6))
     for stage, s in summary["stages"].items():

@@ -27,6 +27,7 @@ from actlab.errors import ConfigError
 from actlab.experiments._common import require_at_least_one
 from actlab.measure.signal import predicted_profile, signal_profile
 from actlab.nn.deep_mlp import deep_mlp, weight_std
+from actlab.plotting import pyplot
 from actlab.runner.experiment import (
     Claim,
     Experiment,
@@ -322,10 +323,7 @@ def signal_claims(summary: dict) -> list[Claim]:
 
 
 def _figures(summary: dict, results: list[dict], ctx: RunContext) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     panels = (("net_input_std", "net-input std"), ("error_rms", "error size (RMS of delta)"),
               ("per_example_grad_rms", "per-example weight-gradient norm"))

@@ -27,6 +27,7 @@ from actlab.experiments._image_common import (
     record_diverged,
     seeds_in,
 )
+from actlab.plotting import pyplot
 from actlab.runner.experiment import (
     STATUS_OK,
     Claim,
@@ -156,10 +157,7 @@ class SparseActivations(Experiment):
         return summary
 
     def _figure(self, cells: dict[str, Any], config: SparseActivationsConfig, ctx: RunContext) -> None:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+        plt = pyplot()
 
         fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
         for setup, row in cells.items():

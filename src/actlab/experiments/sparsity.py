@@ -33,6 +33,7 @@ from actlab.experiments._image_common import (
     record_diverged,
     seeds_in,
 )
+from actlab.plotting import pyplot
 from actlab.runner.experiment import (
     STATUS_OK,
     Claim,
@@ -169,10 +170,7 @@ class Sparsity(Experiment):
         return summary
 
     def _figure(self, points: list[dict[str, Any]], fit: Any, ctx: RunContext) -> None:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+        plt = pyplot()
 
         fig, ax = plt.subplots(figsize=(6.5, 4.2))
         markers = {"percentile": "o", "topk": "^"}

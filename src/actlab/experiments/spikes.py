@@ -24,6 +24,7 @@ from actlab.experiments._lm_common import (
     seeded_gpt,
     train_and_record,
 )
+from actlab.plotting import pyplot
 from actlab.runner.experiment import (
     Claim,
     Experiment,
@@ -179,10 +180,7 @@ class SpikesExperiment(Experiment):
 
 
 def _figure(summary: dict, ctx: RunContext) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 3.8))
     for spec, s in summary["activations"].items():

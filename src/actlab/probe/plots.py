@@ -16,13 +16,9 @@ import pandas as pd
 def _axes(ax: Any) -> Any:
     if ax is not None:
         return ax
-    import matplotlib
+    from actlab.plotting import pyplot
 
-    if matplotlib.get_backend().lower() not in ("agg", "pdf", "svg", "ps", "cairo"):
-        matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt.subplots(figsize=(6, 3.5))[1]
+    return pyplot().subplots(figsize=(6, 3.5))[1]
 
 
 def plot_metric(df: pd.DataFrame, metric: str, *, layers: Iterable[str] | None = None,
