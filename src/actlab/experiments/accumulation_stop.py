@@ -33,6 +33,7 @@ from actlab.experiments._image_common import (
     seeds_in,
 )
 from actlab.plotting import pyplot
+from actlab.runner.claims import claim_id
 from actlab.runner.experiment import (
     STATUS_OK,
     Claim,
@@ -195,15 +196,23 @@ class AccumulationStop(Experiment):
                 claims.append(Claim(f"{model}: after Accumulation Stop, training runs at >= 1.0x "
                                     "LayerNorm's speed (seed: 1.00-1.34x)",
                                     f"{frozen['ratio_to_layernorm']:.2f}x",
-                                    frozen["ratio_to_layernorm"] >= 1.0, "seed 003 §7, Table 10"))
+                                    frozen["ratio_to_layernorm"] >= 1.0, "seed 003 §7, Table 10",
+                                    id=claim_id(self.name, model, "frozen-at-least-layernorm-speed"),
+                                    value=frozen["ratio_to_layernorm"], comparison=">=",
+                                    threshold=1.0))
             if dynamic and frozen:
                 claims.append(Claim(f"{model}: dynamic percentiles cost speed that freezing recovers",
                                     f"dynamic {dynamic.get('ratio_to_layernorm', math.nan):.2f}x, "
                                     f"frozen {frozen.get('ratio_to_layernorm', math.nan):.2f}x",
-                                    frozen["steps_per_s"] > dynamic["steps_per_s"], "seed 003 §7"))
+                                    frozen["steps_per_s"] > dynamic["steps_per_s"], "seed 003 §7",
+                                    id=claim_id(self.name, model, "freezing-recovers-speed"),
+                                    value=frozen["steps_per_s"], comparison=">",
+                                    threshold=dynamic["steps_per_s"]))
                 rel = (frozen["accuracy"] - dynamic["accuracy"]) / max(dynamic["accuracy"], 1e-12)
                 claims.append(Claim(f"{model}: freezing keeps accuracy within 2% (relative) of dynamic "
                                     "percentiles", f"{dynamic['accuracy']:.3f} -> {frozen['accuracy']:.3f} "
-                                    f"({100 * rel:+.1f}%)", rel > -0.02, "seed 003 §7, App. B.4"))
+                                    f"({100 * rel:+.1f}%)", rel > -0.02, "seed 003 §7, App. B.4",
+                                    id=claim_id(self.name, model, "freezing-keeps-accuracy"),
+                                    value=rel, comparison=">", threshold=-0.02))
         return claims
 

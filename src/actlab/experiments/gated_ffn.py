@@ -30,6 +30,7 @@ from actlab.errors import ConfigError
 from actlab.experiments._lm_common import mean_or_nan, sd_or_nan, seeded_gpt, train_and_record
 from actlab.nn.ffn import GATE_KINDS, ffn_flops_per_token
 from actlab.plotting import pyplot
+from actlab.runner.claims import claim_id
 from actlab.runner.experiment import (
     Claim,
     Experiment,
@@ -185,29 +186,36 @@ class GatedFFNExperiment(Experiment):
             out.append(Claim("gated width g = 2m/3 (matched_width) gives equal parameter counts",
                              f"largest relative difference {worst:.2%} "
                              f"(widths {v[plain[0]]['hidden_width']} vs {v[gated[0]]['hidden_width']})",
-                             bool(worst < 0.005), SOURCE))
+                             bool(worst < 0.005), SOURCE,
+                             id=claim_id(self.name, "gated", "equal-parameter-counts"),
+                             value=worst, comparison="<", threshold=0.005))
             ref_f = v[plain[0]]["ffn_flops_per_token"]
             worst_f = max(abs(v[k]["ffn_flops_per_token"] - ref_f) / ref_f for k in gated)
             out.append(Claim("at matched parameters the FFN FLOPs per token match too",
                              f"largest relative difference {worst_f:.2%}", bool(worst_f < 0.01),
-                             SOURCE))
+                             SOURCE, id=claim_id(self.name, "gated", "equal-ffn-flops"),
+                             value=worst_f, comparison="<", threshold=0.01))
             best_g = min(gated, key=lambda k: _loss(v[k]))
             best_p = min(plain, key=lambda k: _loss(v[k]))
             out.append(Claim("a GLU variant beats the plain FFNs at matched parameters "
                              "(GLU Variants Improve Transformer, cited by the seed)",
                              f"best gated {best_g} {_loss(v[best_g]):.4f} vs best plain {best_p} "
                              f"{_loss(v[best_p]):.4f}", bool(_loss(v[best_g]) < _loss(v[best_p])),
-                             SOURCE))
+                             SOURCE, id=claim_id(self.name, "gated", "glu-beats-plain"),
+                             value=_loss(v[best_g]), comparison="<", threshold=_loss(v[best_p])))
             base = summary["thresholds"]["baseline"]
             slower = [k for k in gated if v[k]["tokens_per_s"] < v[base]["tokens_per_s"]]
             out.append(Claim("equal FLOPs do not mean equal speed: gated FFNs run slower "
                              "(three projections and a product)",
                              f"{len(slower)}/{len(gated)} gated variants slower than {base} "
                              "(CPU timings on a shared machine)", bool(len(slower) == len(gated)),
-                             SOURCE))
+                             SOURCE, id=claim_id(self.name, "gated", "gated-runs-slower"),
+                             value=len(slower), comparison=">=", threshold=len(gated)))
         failed = sum(s["failed_runs"] for s in v.values())
         out.append(Claim("all runs finish with a finite loss (stability threshold)",
-                         f"{failed} failed runs", failed == 0, SOURCE))
+                         f"{failed} failed runs", failed == 0, SOURCE,
+                         id=claim_id(self.name, "all", "runs-finish-finite"), value=failed,
+                         comparison="<=", threshold=0))
         return out
 
 

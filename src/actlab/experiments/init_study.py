@@ -43,6 +43,7 @@ from actlab.experiments._common import check_input_scale, require_at_least_one, 
 from actlab.measure.signal import logistic_cross_entropy, weight_grad_norms
 from actlab.nn.deep_mlp import deep_mlp
 from actlab.plotting import pyplot
+from actlab.runner.claims import claim_id
 from actlab.runner.experiment import (
     STATUS_DIVERGED,
     Claim,
@@ -270,7 +271,9 @@ class InitStudyExperiment(Experiment):
             held = entry["verdict"] == published[0] if comparable else None
             if not comparable:
                 measured += " [shortened protocol: not comparable]"
-            out.append(Claim(text, measured, held, "seed 001, The sample project"))
+            out.append(Claim(text, measured, held, "seed 001, The sample project",
+                             id=claim_id(self.name, name, "verdict-matches-handbook"),
+                             value=acc, comparison="compound"))
         out.extend(gradient_claims(summary))
         return out
 
@@ -289,20 +292,22 @@ def gradient_claims(summary: dict) -> list[Claim]:
         return math.isfinite(value) and target / factor <= value <= target * factor
 
     rows = [
-        ("sigmoid+Xavier first-layer norm 7.35e-14 (within 10x)", first["sigmoid-xavier"],
-         within(first["sigmoid-xavier"], 7.35e-14, 10)),
-        ("ReLU+He first-layer norm 0.102 (within 3x)", he, within(he, 0.102, 3)),
-        ("ReLU Xavier / He first-layer norm ~ 2^-10 (within 3x)", first["relu-xavier"] / he,
-         within(first["relu-xavier"] / he, 2.0**-10, 3)),
-        ("ReLU default / He ~ 6^-10 = 1.65e-8 (within 10x)", first["relu-default"] / he,
-         within(first["relu-default"] / he, 6.0**-10, 10)),
-        ("ReLU 1.41xHe / He ~ 2^10, about 1,900 in the handbook (within 3x of 2^10)",
-         first["relu-1.41he"] / he, within(first["relu-1.41he"] / he, 2.0**10, 3)),
-        ("SiLU+He starts four orders of magnitude below SiLU with its fixed-point gain "
-         "(ratio within 10x of 1e-4)", first["silu-he"] / first["silu-gain1.68"],
-         within(first["silu-he"] / first["silu-gain1.68"], 1e-4, 10)),
+        ("sigmoid-xavier", "sigmoid+Xavier first-layer norm 7.35e-14 (within 10x)",
+         first["sigmoid-xavier"], 7.35e-14, 10),
+        ("relu-he", "ReLU+He first-layer norm 0.102 (within 3x)", he, 0.102, 3),
+        ("relu-xavier", "ReLU Xavier / He first-layer norm ~ 2^-10 (within 3x)",
+         first["relu-xavier"] / he, 2.0**-10, 3),
+        ("relu-default", "ReLU default / He ~ 6^-10 = 1.65e-8 (within 10x)",
+         first["relu-default"] / he, 6.0**-10, 10),
+        ("relu-1.41he", "ReLU 1.41xHe / He ~ 2^10, about 1,900 in the handbook (within 3x of "
+         "2^10)", first["relu-1.41he"] / he, 2.0**10, 3),
+        ("silu-he", "SiLU+He starts four orders of magnitude below SiLU with its fixed-point "
+         "gain (ratio within 10x of 1e-4)", first["silu-he"] / first["silu-gain1.68"], 1e-4, 10),
     ]
-    return [Claim(text, f"{value:.3g}", held, src) for text, value, held in rows]
+    return [Claim(text, f"{value:.3g}", within(value, target, factor), src,
+                  id=claim_id("init-study", name, "first-layer-gradient-norm"), value=value,
+                  comparison="within-factor", threshold=factor, reference=target)
+            for name, text, value, target, factor in rows]
 
 
 def _figures(summary: dict, table, config: InitStudyConfig, ctx: RunContext) -> None:

@@ -37,6 +37,7 @@ from torch import nn
 from actlab.data.spirals import data_seed, two_spirals
 from actlab.experiments._common import require_at_least_one, require_positive
 from actlab.nn.deep_mlp import deep_mlp, weight_std
+from actlab.runner.claims import claim_id
 from actlab.runner.experiment import (
     Claim,
     Experiment,
@@ -244,8 +245,16 @@ class PitfallsExperiment(Experiment):
             entry = summary[demo]
             numbers = ", ".join(f"{k} {v:.4g}" for k, v in entry.items()
                                 if isinstance(v, float))
-            out.append(Claim(f"{demo}: {entry['expected']}", numbers, entry["held"], src))
+            out.append(Claim(f"{demo}: {entry['expected']}", numbers, entry["held"], src,
+                             id=claim_id(self.name, demo, "expected-relation"),
+                             value=entry.get(MAIN_NUMBER[demo]), comparison="compound"))
         return out
+
+
+# The number each demonstration's claim reports as its value (its relation has several).
+MAIN_NUMBER = {"linear_collapse": "linear_test_accuracy", "constant_start": "constant_test_accuracy",
+               "default_linear_scale": "ratio", "wrong_fan_in_axis": "ratio",
+               "uniform_bound_as_std": "ratio", "variance_vs_second_moment": "wrong_gain"}
 
 
 def expected_relations(s: dict) -> dict[str, tuple[str, bool]]:

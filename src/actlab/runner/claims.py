@@ -7,8 +7,10 @@ number measured, ``comparison`` how it is judged against ``threshold``:
 
 - ``"<"``, ``"<="``, ``">"``, ``">="``: ``value OP threshold``;
 - ``"within"``: ``|value - reference| <= threshold``, ``reference`` being a number;
-- ``"compound"``: ``held`` combines several conditions named in the claim's text, of which
-  ``value``/``threshold`` are the main one; :func:`compare` does not decide it.
+- ``"within-factor"``: ``reference / threshold <= value <= reference * threshold``;
+- ``"compound"``: ``held`` combines several conditions (or a categorical verdict) named in
+  the claim's text, of which ``value``/``threshold`` are the main number; :func:`compare`
+  does not decide it.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from typing import Any
 
 ID_PATTERN = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*(?:/[a-z0-9.]+(?:-[a-z0-9.]+)*)+$")
 SIMPLE = ("<", "<=", ">", ">=")
-COMPARISONS = (*SIMPLE, "within", "compound", "")
+COMPARISONS = (*SIMPLE, "within", "within-factor", "compound", "")
 
 
 def slug(text: Any) -> str:
@@ -47,8 +49,12 @@ def compare(value: float | None, comparison: str, threshold: float | None,
         return None
     if not (math.isfinite(value) and math.isfinite(threshold)):
         return None
-    if comparison == "within":
-        return None if reference is None else abs(value - reference) <= threshold
+    if comparison in ("within", "within-factor"):
+        if reference is None:
+            return None
+        if comparison == "within":
+            return abs(value - reference) <= threshold
+        return reference / threshold <= value <= reference * threshold
     return {"<": value < threshold, "<=": value <= threshold,
             ">": value > threshold, ">=": value >= threshold}[comparison]
 
