@@ -18,6 +18,7 @@ import torch
 
 from actlab.errors import ConfigError
 from actlab.experiments import _ts_common as ts
+from actlab.runner.claims import claim_id
 from actlab.runner.experiment import (
     STATUS_DIVERGED,
     Claim,
@@ -243,28 +244,32 @@ class TeacherStudent(Experiment):
                 f"shifted student ends lower ({activation})",
                 f"final loss {_fmt(fs)} vs {_fmt(fu)} unshifted; shifted wins {_pct(wins)} of seeds",
                 None if fu is None or fs is None else bool(fs < fu and (wins or 0) > 0.5),
-                SOURCE,
+                SOURCE, id=claim_id(self.name, activation, "shifted-ends-lower"), value=fs,
+                comparison="compound", threshold=fu,
             ))
             rows.append(Claim(
                 f"unshifted student learns faster early ({activation})",
                 f"loss at step {entry['early_step']} (5% of training): {_fmt(eu)} unshifted vs "
                 f"{_fmt(es)} shifted; median crossover step {_fmt(entry['crossover_step'])}",
                 None if eu is None or es is None else bool(eu < es),
-                SOURCE,
+                SOURCE, id=claim_id(self.name, activation, "unshifted-faster-early"), value=eu,
+                comparison="<", threshold=es,
             ))
             ou, os_ = entry["overshoot_unshifted"], entry["overshoot_shifted"]
             rows.append(Claim(
                 f"unshifted hidden state overshoots more ({activation})",
                 f"peak deviation from final hidden mean {_fmt(ou)} vs {_fmt(os_)} shifted",
                 None if ou is None or os_ is None else bool(ou > os_),
-                SOURCE,
+                SOURCE, id=claim_id(self.name, activation, "unshifted-overshoots-more"),
+                value=ou, comparison=">", threshold=os_,
             ))
             su, ss = entry.get("sharpness_unshifted"), entry.get("sharpness_shifted")
             rows.append(Claim(
                 f"shifted student is flatter (final Hessian lambda_max, {activation})",
                 f"{_fmt(ss)} shifted vs {_fmt(su)} unshifted",
                 None if su is None or ss is None else bool(ss < su),
-                SOURCE,
+                SOURCE, id=claim_id(self.name, activation, "shifted-flatter"), value=ss,
+                comparison="<", threshold=su,
             ))
             first = entry["gradient_angles"].get("1", {})
             if first.get("measured") is not None and first.get("theory") is not None:
@@ -274,6 +279,9 @@ class TeacherStudent(Experiment):
                     f"angle at k=1: {first['measured']:.1f} deg measured vs "
                     f"{first['theory']:.1f} deg theory (held: within 10 deg)",
                     held, "000 App. B.2, Table 2",
+                    id=claim_id(self.name, activation, "initial-angle-matches-theory"),
+                    value=first["measured"], comparison="within", threshold=10.0,
+                    reference=first["theory"],
                 ))
         return rows
 

@@ -29,6 +29,7 @@ import torch
 
 from actlab import analysis
 from actlab.errors import ConfigError
+from actlab.runner.claims import claim_id
 from actlab.runner.experiment import (
     STATUS_DIVERGED,
     Claim,
@@ -258,11 +259,15 @@ class ViTShift(Experiment):
         if early is not None:
             claims.append(Claim("adaptive shift initially trails in test accuracy",
                                 f"accuracy residual {_fmt(early)} at step "
-                                f"{summary.get('early_step')}", early < 0, src))
+                                f"{summary.get('early_step')}", early < 0, src,
+                                id=claim_id(self.name, "shifted", "trails-early"), value=early,
+                                comparison="<", threshold=0.0))
         au, as_ = summary.get("test_acc_unshifted"), summary.get("test_acc_shifted")
         if au is not None and as_ is not None:
             claims.append(Claim("adaptive shift ends with higher test accuracy",
-                                f"{as_:.4f} shifted vs {au:.4f} unshifted", as_ > au, src))
+                                f"{as_:.4f} shifted vs {au:.4f} unshifted", as_ > au, src,
+                                id=claim_id(self.name, "shifted", "higher-final-accuracy"),
+                                value=as_, comparison=">", threshold=au))
         for key, text, sign in (
                 ("test_loss_residual_final", "adaptive shift ends with lower test loss", -1),
                 ("train_loss_residual_final",
@@ -270,12 +275,17 @@ class ViTShift(Experiment):
             value = summary.get(key)
             if value is not None:
                 claims.append(Claim(text, f"{key.replace('_', ' ')} {_fmt(value)}",
-                                    sign * value > 0, src))
+                                    sign * value > 0, src,
+                                    id=claim_id(self.name, "shifted", key.replace("_", "-")),
+                                    value=value, comparison="<" if sign < 0 else ">",
+                                    threshold=0.0))
         ou, os_ = summary.get("overshoot_unshifted"), summary.get("overshoot_shifted")
         if ou is not None and os_ is not None:
             claims.append(Claim("adaptive shift suppresses the hidden-state overshoot "
                                 "(last block)", f"overshoot {_fmt(os_)} shifted vs "
-                                f"{_fmt(ou)} unshifted", os_ < ou, "seed 000 §4.1, Fig. 7(a)"))
+                                f"{_fmt(ou)} unshifted", os_ < ou, "seed 000 §4.1, Fig. 7(a)",
+                                id=claim_id(self.name, "shifted", "suppresses-overshoot"),
+                                value=os_, comparison="<", threshold=ou))
         return claims
 
 

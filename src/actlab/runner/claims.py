@@ -84,3 +84,14 @@ def claim_problems(claims: Iterable[Any]) -> list[str]:
             problems.append(f"claim {cid!r}: held={row.get('held')} but {row.get('value')} "
                             f"{comparison} {row.get('threshold')} is {verdict}")
     return problems
+
+
+def largest_gap(*pairs: tuple[Iterable[float], Iterable[float]]) -> float:
+    """Largest ``|measured - published|`` over ``(measured, published)`` sequence pairs.
+
+    A NaN gap counts as infinite, so ``largest_gap(...) <= tol`` holds exactly when every
+    entry is within ``tol``; sequences of unequal length raise ``ValueError``.
+    """
+    gaps = [abs(float(a) - float(b)) for measured, published in pairs
+            for a, b in zip(measured, published, strict=True)]
+    return max((g if g == g else math.inf for g in gaps), default=0.0)
