@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from actlab import analysis
 from actlab.errors import ConfigError
 from actlab.experiments._lm_common import (
     mean_or_nan,
@@ -120,7 +121,9 @@ class LMShiftExperiment(Experiment):
         summary = {key: first[key] for key in ("val_loss_unshifted", "val_loss_shifted",
                                                "residual_final", "residual_early")}
         summary.update(activation=config.activations[0], per_activation=per_activation,
-                       scale=_scale(config), failed_runs=sum(r["status"] != "ok" for r in results))
+                       scale=f"{config.n_layer} layers, d={config.n_embd}, context {config.block_size}, "
+                       f"batch {config.batch_size}, {config.steps} steps on {config.data}",
+                       failed_runs=sum(r["status"] != "ok" for r in results))
         return summary
 
     def claims(self, summary: dict) -> list[Claim]:
@@ -169,24 +172,15 @@ def _trajectory_recorder(result: UnitResult, run: str, seed: int, model: GPT, in
     return record
 
 
-def _scale(config: LMShiftConfig) -> str:
-    return (f"{config.n_layer} layers, d={config.n_embd}, context {config.block_size}, "
-            f"batch {config.batch_size}, {config.steps} steps on {config.data}")
-
-
-def _final(values) -> float:
-    return float(values.iloc[-1]) if len(values) else float("nan")
-
-
 def _activation_summary(table, act: str, config: LMShiftConfig) -> dict:
-    val = table[(table.metric == "val_loss") & table.run.str.startswith(f"{act}/")]
     finals: dict[str, dict[int, float]] = {c: {} for c in CONDITIONS}
     curves: dict[str, dict[int, dict[int, float]]] = {c: {} for c in CONDITIONS}
-    for (run, seed), group in val.groupby(["run", "seed"]):
-        condition = run.split("/")[1]
-        group = group.sort_values("step")
-        finals[condition][int(seed)] = _final(group.value)
-        curves[condition][int(seed)] = dict(zip(group.step.astype(int), group.value))
+    for condition in CONDITIONS:
+        val = table[(table.metric == "val_loss") & (table.run == f"{act}/{condition}")]
+        for seed, group in val.groupby("seed"):
+            group = group.sort_values("step")
+            finals[condition][int(seed)] = float(group.value.iloc[-1])
+            curves[condition][int(seed)] = dict(zip(group.step.astype(int), group.value))
     seeds = sorted(set(finals["unshifted"]) & set(finals["shifted"]))
     residuals = [finals["shifted"][s] - finals["unshifted"][s] for s in seeds]
     steps = sorted(set.intersection(*[set(curves[c][s]) for c in CONDITIONS for s in seeds])) \
@@ -227,12 +221,9 @@ def _figures(table, config: LMShiftConfig, ctx: RunContext) -> None:
     fig, axes = plt.subplots(1, len(acts), figsize=(5 * len(acts), 3.5), squeeze=False)
     for ax, act in zip(axes[0], acts):
         for metric, style in (("train_loss", ":"), ("val_loss", "-")):
-            rows = table[table.metric == metric]
-            pivot = rows.pivot_table(index=["seed", "step"], columns="run", values="value")
-            if f"{act}/shifted" not in pivot or f"{act}/unshifted" not in pivot:
-                continue
-            diff = (pivot[f"{act}/shifted"] - pivot[f"{act}/unshifted"]).unstack("seed")
-            ax.plot(diff.index, diff.mean(axis=1), style, label=metric.replace("_", " "))
+            diff = analysis.paired_residual(table, metric, act)
+            if not diff.empty:
+                ax.plot(diff.index, diff.mean(axis=1), style, label=metric.replace("_", " "))
         ax.axhline(0, color="grey", lw=0.8)
         ax.set(title=f"{act}: L_shifted - L_unshifted", xlabel="step", ylabel="loss residual")
         ax.legend()
