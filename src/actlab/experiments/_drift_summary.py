@@ -60,9 +60,11 @@ def drift_summary(config: DriftConfig, runs: dict[str, pd.DataFrame], results: l
     """``summary.json`` of a drift run from its rows per run name and its sweep points."""
     last_hidden = config.depth + 1
     summary: dict[str, Any] = {
-        "scale": {"steps": config.steps, "seeds": sorted({int(s) for rows in runs.values() for s in rows["seed"]}),
+        "scale": {"steps": config.steps,
+                  "seeds": sorted({int(s) for rows in runs.values() for s in rows["seed"]}),
                   "hidden": config.hidden, "depth": config.depth, "batch_size": config.batch_size,
-                  "random_pairs": config.n_random, "optimizer": f"{config.optimizer} lr={config.lr}",
+                  "random_pairs": config.n_random,
+                  "optimizer": f"{config.optimizer} lr={config.lr}",
                   "init": config.init, "compare_init": config.compare_init},
         "failed_units": [r["unit"] for r in results if r["status"] != "ok"],
     }
@@ -78,7 +80,7 @@ def drift_summary(config: DriftConfig, runs: dict[str, pd.DataFrame], results: l
         if entry:
             per_act[act] = entry
     # Paired comparison with ReLU: identical losses would mean the activation trains as ReLU.
-    relu_loss = _loss_curve(runs.get("main/relu"))
+    relu_loss = _loss_curve(runs.get(DriftRun("main", "relu").name))
     for act, entry in per_act.items():
         curve = _loss_curve(runs.get(DriftRun("main", act).name))
         if act != "relu" and relu_loss is not None and curve is not None:
@@ -87,7 +89,8 @@ def drift_summary(config: DriftConfig, runs: dict[str, pd.DataFrame], results: l
             entry["loss_gap_vs_relu"] = finite_or_none(float(gap / joined.iloc[:, 0].abs().mean()))
     summary["activations"] = per_act
     sweep: dict[str, dict[str, Any]] = {}
-    for key, rows in sorted(_sweep_points(config, runs, sweep_keys).items(), key=lambda kv: kv[0].name):
+    points = _sweep_points(config, runs, sweep_keys)
+    for key, rows in sorted(points.items(), key=lambda kv: kv[0].name):
         depth = rows["layer"].map(layer_number)
         z = rows[(rows["metric"] == "drift_z") & (depth >= 2) & (depth <= last_hidden)]
         early = z[z["step"] == min(config.record_every, config.steps)]
@@ -99,6 +102,7 @@ def drift_summary(config: DriftConfig, runs: dict[str, pd.DataFrame], results: l
     summary["sweep"] = sweep
     return summary
 
+
 def _sweep_points(config: DriftConfig, runs: dict[str, pd.DataFrame],
                   keys: list[DriftRun]) -> dict[DriftRun, pd.DataFrame]:
     """Rows of each sweep point that ran; the point equal to ``main`` reads the main run."""
@@ -109,6 +113,7 @@ def _sweep_points(config: DriftConfig, runs: dict[str, pd.DataFrame],
                 key = DriftRun("sweep", act, config.optimizer, config.lr)
                 points[key] = runs[DriftRun("main", act).name]
     return points
+
 
 def drift_figures(config: DriftConfig, runs: dict[str, pd.DataFrame], sweep_keys: list[DriftRun],
                   ctx: RunContext) -> None:
@@ -123,8 +128,8 @@ def drift_figures(config: DriftConfig, runs: dict[str, pd.DataFrame], sweep_keys
             for i, metric in enumerate(("weight_mean", "preact_grad_mean", "sparsity")):
                 plot_layer_means(axes[i, j], runs[DriftRun(cond, act).name], metric,
                                  relative=metric == "weight_mean")
-                axes[i, j].set_title(f"{act}: {metric}{' shift' if metric == 'weight_mean' else ''}",
-                                     fontsize=8)
+                shift = " shift" if metric == "weight_mean" else ""
+                axes[i, j].set_title(f"{act}: {metric}{shift}", fontsize=8)
             axes[0, j].legend(fontsize=6)
         fig.suptitle(f"drift, condition {cond}")
         ctx.save_figure(fig, f"drift_{cond}")
@@ -156,7 +161,8 @@ def describe_run(df: pd.DataFrame, last_hidden: int) -> dict[str, Any]:
     hidden_later = [v for k, v in shifts.items() if 2 <= layer_number(k) <= last_hidden]
     out: dict[str, Any] = {
         "mean_shift_first_layer": finite_or_none(shifts.get("layer1", math.nan)),
-        "mean_shift_later_layers": finite_or_none(float(np.mean(hidden_later))) if hidden_later else None,
+        "mean_shift_later_layers": (finite_or_none(float(np.mean(hidden_later)))
+                                    if hidden_later else None),
         "mean_shift_output_layer": finite_or_none(shifts.get(f"layer{last_hidden + 1}", math.nan)),
         "mean_shift_per_layer": {k: finite_or_none(v) for k, v in
                                  sorted(shifts.items(), key=lambda kv: layer_number(kv[0]))},

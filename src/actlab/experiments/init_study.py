@@ -81,6 +81,7 @@ CONFIGURATIONS: dict[str, tuple[str, str, float | None]] = {
     "silu-gain1.68": ("silu", "fixed-point", None),  # SiLU's fixed-point gain 1.6765
 }
 
+
 def classify_late_cost(late_cost: float) -> str:
     """The verdict of one late cost (see the module docstring)."""
     if not math.isfinite(late_cost):
