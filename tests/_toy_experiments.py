@@ -130,7 +130,9 @@ class Toy(Experiment):
         for act, final in summary["final_loss"].items():
             first = summary["first_loss"][act]
             held = None if final != final else final < first
-            rows.append(Claim(f"{act}: loss falls", f"{first:.4g} -> {final:.4g}", held, "toy"))
+            rows.append(Claim(f"{act}: loss falls", f"{first:.4g} -> {final:.4g}", held, "toy",
+                              id=f"toy/{act}/loss-falls", value=final, comparison="<",
+                              threshold=first))
         return rows
 
 

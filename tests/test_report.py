@@ -13,6 +13,8 @@ from urllib.parse import unquote
 
 import pytest
 
+from actlab.runner.report import judged_text
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _toy_experiments as toy  # noqa: E402
 
@@ -73,6 +75,11 @@ def test_run_report_is_self_contained_and_lists_failures(faulty_run):
         assert (unit_id in text) == (status != "ok")
     assert "RuntimeError: boom in tanh" in text
     assert "relu: loss falls" in text  # the claims table
+    assert "toy/relu/loss-falls" in text  # with its id and judged value
+    claims = json.loads((faulty_run / "claims.json").read_text())
+    relu = next(c for c in claims if c["id"] == "toy/relu/loss-falls")
+    assert relu["comparison"] == "<" and relu["held"] == (relu["value"] < relu["threshold"])
+    assert judged_text(relu) in text
     # `actlab report` rebuilds the same page from the files alone.
     before = page.read_bytes()
     page.unlink()
@@ -99,7 +106,7 @@ def test_reproduce_writes_an_index_and_lists_failed_experiments(tmp_path):
     summary = json.loads((tmp_path / "toy" / "quick" / "summary.json").read_text())
     for act in ("relu", "tanh"):
         held = summary["final_loss"][act] < summary["first_loss"][act]
-        assert f"{act}: loss falls" in text
+        assert f"{act}: loss falls" in text and f"toy/{act}/loss-falls" in text
         assert held  # the toy's loss does fall in 6 steps; the index must say so
     cells = [t.strip() for t in parser.text if t.strip()]
     assert cells.count("yes") >= 2

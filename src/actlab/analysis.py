@@ -14,6 +14,8 @@ from typing import Any
 
 import numpy as np
 
+from actlab.plotting import pyplot  # noqa: F401 - re-exported for experiments
+
 
 def log_steps(total: int, points: int, also: Sequence[int] = ()) -> list[int]:
     """Logging steps: 0, a geometric series (early dynamics) and a linear one (late), plus ``also``."""
@@ -102,14 +104,45 @@ def early_step(steps: list[int] | np.ndarray, total: int, fraction: float = 0.05
     return int(steps[np.argmin(np.abs(steps - fraction * total))]) if steps.size else 0
 
 
+# ------------------------------------------------------------------ per-layer probe rows
+def layer_number(label: str, prefix: str = "layer") -> int:
+    """``"layer3"`` -> 3 (``prefix`` then digits); -1 for any other label, e.g. ``""``."""
+    rest = label[len(prefix):] if label.startswith(prefix) else ""
+    return int(rest) if rest.isdigit() else -1
+
+
+def finite_or_none(value: float | None) -> float | None:
+    """``value`` as a float, or ``None`` when it is missing or not finite (JSON-friendly)."""
+    return float(value) if value is not None and math.isfinite(value) else None
+
+
+def mean_value(rows: Any) -> float | None:
+    """Mean of ``rows["value"]`` over all its rows (seeds, layers; NaN skipped as pandas does).
+
+    ``None`` when there are no rows or the mean is not finite.
+    """
+    return finite_or_none(float(rows["value"].mean())) if len(rows) else None
+
+
+def at_step(rows: Any, which: str = "last") -> Any:
+    """The rows at the ``"first"`` or ``"last"`` logged step of ``rows``."""
+    if which not in ("first", "last"):
+        raise ValueError(f"which must be 'first' or 'last', got {which!r}")
+    step = rows["step"].min() if which == "first" else rows["step"].max()
+    return rows[rows["step"] == step]
+
+
+def change_per_layer(rows: Any, metric: str) -> dict[str, float]:
+    """Per layer, the mean over seeds of ``metric``'s last minus first logged value."""
+    out: dict[str, float] = {}
+    for layer, part in rows[rows["metric"] == metric].groupby("layer"):
+        per_seed = part.sort_values("step").groupby("seed")["value"].agg(
+            lambda v: v.iloc[-1] - v.iloc[0])
+        out[str(layer)] = float(per_seed.mean())
+    return out
+
+
 # --------------------------------------------------------------------------- figures
-def pyplot():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
 
 
 COLORS = {"unshifted": "tab:blue", "shifted": "tab:red"}
@@ -129,4 +162,17 @@ def plot_pair_curves(ax, table: Any, prefix: str, metric: str = "eval_loss", lay
         ax.set_xscale("log")
         if metric == "eval_loss":
             ax.set_yscale("log")
+    ax.set_xlabel("step")
+
+
+def plot_residual(ax: Any, residual: Any) -> None:
+    """Per-seed (thin grey) and mean (thick black) ``shifted - unshifted`` on a log step axis.
+
+    ``residual`` is a steps x seeds frame such as :func:`paired_residual` returns.
+    """
+    x = np.maximum(residual.index.to_numpy(dtype=float), 1)
+    ax.plot(x, residual.to_numpy(), color="gray", alpha=0.4, lw=0.7)
+    ax.plot(x, residual.mean(axis=1).to_numpy(), color="black", lw=2)
+    ax.axhline(0, color="k", lw=0.5, ls="--")
+    ax.set_xscale("log")
     ax.set_xlabel("step")

@@ -29,13 +29,12 @@ def list_activations() -> None:
 
 def plot_activation(spec: str, path: Path, lo: float = -5.0, hi: float = 5.0) -> Path:
     """Draw ``spec`` and its derivative on ``[lo, hi]`` into the PNG ``path``."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     import torch
 
+    from actlab.plotting import pyplot
     from actlab.theory.gaussian import resolve
+
+    plt = pyplot()
 
     function, derivative = resolve(spec)
     z = torch.linspace(lo, hi, 1001, dtype=torch.float64)

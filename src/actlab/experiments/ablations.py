@@ -16,6 +16,7 @@ from typing import Any, ClassVar
 
 from actlab.errors import ConfigError, did_you_mean
 from actlab.experiments import _ts_common as ts
+from actlab.runner.claims import claim_id
 from actlab.runner.experiment import (
     STATUS_DIVERGED,
     Claim,
@@ -122,6 +123,7 @@ class Ablations(Experiment):
                 f"shifted student ends lower under {variant.replace('_', ' ')}",
                 f"final loss {fs:.4g} vs {fu:.4g} unshifted; shifted wins {100 * (wins or 0):.0f}% of seeds",
                 bool(fs < fu and (wins or 0) > 0.5),
-                "000 App. C.3, Fig. 14",
+                "000 App. C.3, Fig. 14", id=claim_id(self.name, variant, "shifted-ends-lower"),
+                value=fs, comparison="compound", threshold=fu,
             ))
         return rows

@@ -55,6 +55,7 @@ from actlab.experiments._bias_train import (  # noqa: F401 (re-exported)
     measure_checkpoint,
     train_autoencoder,
 )
+from actlab.runner.claims import claim_id
 from actlab.runner.experiment import (
     STATUS_DIVERGED,
     Claim,
@@ -218,24 +219,31 @@ class BiasComponent(Experiment):
                 f"diverges from it (rise and fall each > {RISE_FALL_MARGIN} in correlation)",
                 f"correlation {_fmt(first)} (step {u.get('first_trained_step')}) -> peak "
                 f"{_fmt(peak)} (step {u.get('similarity_peak_step')}) -> {_fmt(final)} "
-                f"(step {last_step})", bool(rise and fall), src))
+                f"(step {last_step})", bool(rise and fall), src,
+                id=claim_id(self.name, "unshifted", "bias-similarity-rises-and-falls"),
+                value=peak - final, comparison="compound", threshold=RISE_FALL_MARGIN))
         if u.get("similarity_peak") is not None and s.get("similarity_peak") is not None:
             claims.append(Claim(
                 "shifted: the bias component carries less image content (lower peak "
                 "similarity of bias-only to full reconstruction)",
                 f"peak correlation {_fmt(s['similarity_peak'])} shifted vs "
                 f"{_fmt(u['similarity_peak'])} unshifted",
-                s["similarity_peak"] < u["similarity_peak"], src))
+                s["similarity_peak"] < u["similarity_peak"], src,
+                id=claim_id(self.name, "shifted", "lower-bias-peak-similarity"),
+                value=s["similarity_peak"], comparison="<", threshold=u["similarity_peak"]))
         early = summary.get("loss_residual_early")
         if early is not None:
             claims.append(Claim(
                 "shifted model has a higher reconstruction loss early in training",
                 f"loss residual (shifted - unshifted) {_fmt(early)} at step "
-                f"{summary.get('early_step')}", early > 0, "seed 000 App. D, Fig. 17"))
+                f"{summary.get('early_step')}", early > 0, "seed 000 App. D, Fig. 17",
+                id=claim_id(self.name, "shifted", "higher-early-loss"), value=early,
+                comparison=">", threshold=0.0))
         fu, fs = summary.get("final_loss_unshifted"), summary.get("final_loss_shifted")
         if fu is not None and fs is not None:
             claims.append(Claim(
                 "shifted model reaches a lower final reconstruction loss",
                 f"test MSE {_fmt(fs, 4)} shifted vs {_fmt(fu, 4)} unshifted", fs < fu,
-                "seed 000 App. D, Fig. 17"))
+                "seed 000 App. D, Fig. 17", id=claim_id(self.name, "shifted", "lower-final-loss"),
+                value=fs, comparison="<", threshold=fu))
         return claims

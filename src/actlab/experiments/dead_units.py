@@ -31,8 +31,10 @@ import actlab
 from actlab.data.spirals import data_seed, two_spirals
 from actlab.errors import ConfigError
 from actlab.experiments._common import check_input_scale, require_at_least_one, require_positive
+from actlab.experiments._dead_units_claims import dead_units_claims
 from actlab.measure.signal import dead_unit_share
 from actlab.nn.deep_mlp import DeepMLP, deep_mlp
+from actlab.plotting import pyplot
 from actlab.runner.experiment import (
     Claim,
     Experiment,
@@ -199,46 +201,11 @@ class DeadUnitsExperiment(Experiment):
 
     def claims(self, summary: dict) -> list[Claim]:
         """Compare with the handbook's dead shares and costs (tolerances in each claim)."""
-        src = "seed 001, Dead ReLUs"
-        epochs = summary["epochs"]
-        big = summary["shallow"]["relu-lr4"]["mean"]
-        small = summary["shallow"]["relu-lr0.5"]["mean"]
-        leaky = summary["shallow"]["leaky_relu-lr4"]["mean"]
-        last = f"dead_share_epoch{epochs}"
-        out = [
-            Claim("ReLU at lr 4.0 loses 62% of its units in epoch 1 and 74% after 30 "
-                  "(mean over seeds; tolerance 15 points each, and more after 30 than after 1)",
-                  f"{100 * big['dead_share_epoch1']:.1f}% and {100 * big[last]:.1f}%",
-                  abs(big["dead_share_epoch1"] - 0.62) <= 0.15 and abs(big[last] - 0.74) <= 0.15
-                  and big[last] >= big["dead_share_epoch1"], src),
-            Claim("ReLU at lr 0.5 loses none (below 1%)",
-                  f"{100 * small['dead_share_epoch1']:.1f}% and {100 * small[last]:.1f}%",
-                  max(small["dead_share_epoch1"], small[last]) < 0.01, src),
-            Claim("leaky ReLU at lr 4.0 loses none and reaches a lower cost than ReLU "
-                  "(0.3638 against 0.4493)",
-                  f"{100 * leaky[last]:.1f}% dead; cost {leaky['final_cost']:.4f} against "
-                  f"{big['final_cost']:.4f}",
-                  leaky[last] == 0.0 and leaky["final_cost"] < big["final_cost"], src),
-        ]
-        deep = summary["deep"]["mean"]
-        out.append(Claim("a fresh 20x32 He ReLU stack has 22.7% dead units on the 300 training "
-                         "points (mean over seeds; tolerance 10 points)",
-                         f"{100 * deep['dead_share']:.1f}%",
-                         abs(deep["dead_share"] - 0.227) <= 0.10, src))
-        out.append(Claim("last layer: one batch of 20 overstates the dead share (44% vs 41% on "
-                         "the whole set); tolerance 15 points, batch estimate >= whole set",
-                         f"{100 * deep['last_layer_one_batch']:.1f}% vs "
-                         f"{100 * deep['last_layer_full']:.1f}%",
-                         deep["last_layer_one_batch"] >= deep["last_layer_full"]
-                         and abs(deep["last_layer_full"] - 0.41) <= 0.15, src))
-        return out
+        return dead_units_claims(summary)
 
 
 def _figure(summary: dict, table, config: DeadUnitsConfig, ctx: RunContext) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.2))
     for i, run in enumerate(SHALLOW_RUNS):

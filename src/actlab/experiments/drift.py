@@ -30,12 +30,13 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
 import pandas as pd
 import torch
 
 from actlab.errors import ConfigError
 from actlab.experiments._common import check_activation_specs, require_at_least_one
+from actlab.experiments._drift_claims import drift_claims
+from actlab.experiments._drift_summary import DriftRun, drift_figures, drift_summary, run_name
 from actlab.runner.experiment import (
     STATUS_DIVERGED,
     Claim,
@@ -49,7 +50,6 @@ from actlab.train.classify import OPTIMIZERS, TrainSettings, activation_statisti
 
 PROBE_METRICS = ("weight_mean", "drift_z", "preact_grad_mean", "preact_grad_cov",
                  "preact_neg_frac", "sparsity")
-POSITIVE = ("relu", "gelu", "silu", "noisy_relu", "sugar")  # positively biased activations
 CONDITIONS = ("main", "default-init", "skip", "digits", "sweep")
 
 
@@ -180,18 +180,6 @@ def run_drift(unit: dict[str, Any], config: DriftConfig, seed: int, result: Unit
     return outcome.status
 
 
-def _layer_index(label: str) -> int:
-    return int(label[5:]) if label.startswith("layer") and label[5:].isdigit() else -1
-
-
-def _seed_mean(df: pd.DataFrame) -> float:
-    return float(df["value"].mean()) if len(df) else math.nan
-
-
-def _finite(value: float) -> float | None:
-    return float(value) if value is not None and math.isfinite(value) else None
-
-
 @register
 class Drift(Experiment):
     """Negative weight drift across activations, data, init, skips and optimizers."""
@@ -249,259 +237,11 @@ class Drift(Experiment):
     def summarize(self, config: DriftConfig, table: pd.DataFrame, results: list[dict[str, Any]],
                   ctx: RunContext) -> dict:
         """Per-activation drift, gradient sign, sparsity; figures of the trajectories."""
-        table = table.copy()
-        table["depth"] = table["layer"].map(_layer_index)
-        last_hidden = config.depth + 1
-        summary: dict[str, Any] = {
-            "scale": {"steps": config.steps, "seeds": sorted({int(s) for s in table["seed"]}),
-                      "hidden": config.hidden, "depth": config.depth, "batch_size": config.batch_size,
-                      "random_pairs": config.n_random, "optimizer": f"{config.optimizer} lr={config.lr}",
-                      "init": config.init, "compare_init": config.compare_init},
-            "failed_units": [r["unit"] for r in results if r["status"] != "ok"],
-        }
-
-        def block(run: str) -> dict[str, Any] | None:
-            df = table[table["run"] == run]
-            if df.empty:
-                return None
-            return describe_run(df, last_hidden)
-
-        per_act: dict[str, Any] = {}
-        for act in config.activations:
-            entry = block(f"main/{act}") or {}
-            for cond in ("default-init", "skip", "digits"):
-                other = block(f"{cond}/{act}")
-                if other is not None:
-                    entry[cond] = {k: other[k] for k in ("mean_shift_first_layer",
-                                                         "mean_shift_later_layers",
-                                                         "mean_shift_output_layer",
-                                                         "final_sparsity", "final_neg_frac",
-                                                         "sparsity_start", "sparsity_end",
-                                                         "test_accuracy") if k in other}
-            if entry:
-                per_act[act] = entry
-        # Paired comparison with ReLU: identical losses would mean the activation trains as ReLU.
-        relu_loss = _loss_curve(table, "main/relu")
-        for act, entry in per_act.items():
-            if act != "relu" and relu_loss is not None:
-                curve = _loss_curve(table, f"main/{act}")
-                if curve is not None:
-                    joined = pd.concat([relu_loss, curve], axis=1, join="inner").dropna()
-                    gap = (joined.iloc[:, 1] - joined.iloc[:, 0]).abs().mean()
-                    entry["loss_gap_vs_relu"] = _finite(float(gap / joined.iloc[:, 0].abs().mean()))
-        summary["activations"] = per_act
-        sweep: dict[str, dict[str, Any]] = {}
-        sweep_runs = {r: r for r in table["run"].unique() if r.startswith("sweep/")}
-        if "sweep" in config.conditions:
-            for act in config.sweep_activations:  # sweep points that are the main run
-                if (table["run"] == f"main/{act}").any():
-                    sweep_runs[f"sweep/{act}/{config.optimizer}:{config.lr:g}"] = f"main/{act}"
-        for run in sorted(sweep_runs):
-            _, act, opt_lr = run.split("/", 2)
-            df = table[table["run"] == sweep_runs[run]]
-            hidden = df[(df["depth"] >= 2) & (df["depth"] <= last_hidden)]
-            final_step = hidden[hidden["metric"] == "drift_z"]["step"].max()
-            z = hidden[(hidden["metric"] == "drift_z") & (hidden["step"] == final_step)]
-            early = hidden[(hidden["metric"] == "drift_z") &
-                           (hidden["step"] == min(config.record_every, config.steps))]
-            d = describe_run(df, last_hidden)
-            sweep.setdefault(act, {})[opt_lr] = {
-                "drift_z_final": _finite(_seed_mean(z)), "drift_z_early": _finite(_seed_mean(early)),
-                "mean_shift_later_layers": d["mean_shift_later_layers"], "final_loss": d["final_loss"]}
-        summary["sweep"] = sweep
-        self._figures(config, table, ctx)
-        return summary
-
-    def _figures(self, config: DriftConfig, table: pd.DataFrame, ctx: RunContext) -> None:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-
-        for cond in ("main", "default-init", "skip", "digits"):
-            acts = [a for a in config.activations if (table["run"] == f"{cond}/{a}").any()]
-            if not acts:
-                continue
-            fig, axes = plt.subplots(3, len(acts), figsize=(3.2 * len(acts), 8), squeeze=False)
-            for j, act in enumerate(acts):
-                df = table[table["run"] == f"{cond}/{act}"]
-                for i, metric in enumerate(("weight_mean", "preact_grad_mean", "sparsity")):
-                    ax = axes[i, j]
-                    sub = df[df["metric"] == metric].groupby(["layer", "step"])["value"].mean()
-                    for layer in sorted(sub.index.get_level_values(0).unique(), key=_layer_index):
-                        series = sub.loc[layer]
-                        if metric == "weight_mean":
-                            series = series - series.iloc[0]
-                        ax.plot(series.index, series.values, label=layer)
-                    ax.set_title(f"{act}: {metric}{' shift' if metric == 'weight_mean' else ''}",
-                                 fontsize=8)
-                    ax.tick_params(labelsize=7)
-                axes[0, j].legend(fontsize=6)
-            fig.suptitle(f"drift, condition {cond}")
-            ctx.save_figure(fig, f"drift_{cond}")
-        sweep_runs = sorted(r for r in table["run"].unique() if r.startswith("sweep/"))
-        if sweep_runs:
-            fig, ax = plt.subplots(figsize=(6, 4))
-            for run in sweep_runs:
-                df = table[(table["run"] == run) & (table["metric"] == "drift_z")]
-                df = df[(df["layer"].map(_layer_index) >= 2) &
-                        (df["layer"].map(_layer_index) <= config.depth + 1)]
-                curve = df.groupby("step")["value"].mean()
-                ax.plot(curve.index, curve.values, label=run[6:])
-            ax.set_xlabel("step")
-            ax.set_ylabel("drift Z-score (layers 2..6)")
-            ax.legend(fontsize=7)
-            ctx.save_figure(fig, "drift_optimizers")
+        runs = {name: rows for name, rows in table.groupby("run")}
+        sweep = [DriftRun.of(u) for u in self.units(config) if u["condition"] == "sweep"]
+        drift_figures(config, runs, sweep, ctx)
+        return drift_summary(config, runs, results, sweep)
 
     def claims(self, summary: dict) -> list[Claim]:
         """Drift sign per activation, tanh, gradient sign, sparsity, NoisyReLU/SUGAR vs ReLU."""
-        claims: list[Claim] = []
-        acts = summary.get("activations", {})
-        src = "seed 003 §3, Fig. 3(a)"
-        positive_shifts = []
-        for act in POSITIVE:
-            e = acts.get(act)
-            if not e:
-                continue
-            if "mean_shift_later_layers" not in e:
-                continue
-            later, first = e["mean_shift_later_layers"], e["mean_shift_first_layer"]
-            per = e["mean_shift_per_layer"]
-            hidden_neg = all(v is not None and v < 0 for k, v in per.items()
-                             if 2 <= _layer_index(k) <= len(per) - 1)
-            held = None if later is None or first is None else bool(
-                hidden_neg and later < 0 and abs(first) < 0.2 * abs(later))
-            if later is not None:
-                positive_shifts.append(abs(later))
-            claims.append(Claim(
-                f"{act}, random data: weights drift negative in every hidden layer >= 2, "
-                "not in layer 1 (|shift1| < 0.2 |shift later|)",
-                f"shift layer1 {_fmt(first)}, layers 2-6 {_fmt(later)}", held, src))
-        tanh = acts.get("tanh")
-        if tanh and positive_shifts and "mean_shift_later_layers" in tanh:
-            ref = float(np.median(positive_shifts))
-            value = tanh["mean_shift_later_layers"]
-            claims.append(Claim("tanh, random data: no drift (|shift| < 0.2 x median |shift| of "
-                                "the positively biased activations)",
-                                f"tanh {_fmt(value)} vs {_fmt(ref)}",
-                                None if value is None else abs(value) < 0.2 * ref, src))
-        for act in ("relu", "gelu", "silu"):
-            e = acts.get(act)
-            if e and e.get("preact_grad_mean_init") is not None:
-                g, c = e["preact_grad_mean_init"], e.get("preact_grad_cov_init")
-                held = g > 0 and c is not None and abs(c) < 0.1 * g
-                claims.append(Claim(f"{act}: mean pre-activation gradient > 0 at init, covariance "
-                                    "term < 0.1x of it (hidden layers)",
-                                    f"grad mean {_fmt(g)}, cov {_fmt(c)}", held,
-                                    "seed 003 Thm 2.2, Fig. 3(b)"))
-        relu = acts.get("relu")
-        if relu:
-            for cond, label in (("main", "random data"), ("digits", "digits")):
-                e = relu if cond == "main" else relu.get("digits")
-                if e and e.get("sparsity_start") is not None and e.get("sparsity_end") is not None:
-                    s0, s1 = e["sparsity_start"], e["sparsity_end"]
-                    claims.append(Claim(f"relu without norm, {label}: sparsity rises over training "
-                                        "(by > 0.02)", f"{s0:.3f} -> {s1:.3f}", s1 > s0 + 0.02,
-                                        "seed 003 §4, App. B.1.3"))
-            dg = relu.get("digits")
-            if dg and dg.get("mean_shift_later_layers") is not None:
-                claims.append(Claim("relu on real data (digits, cross-entropy, Adam): weights of layers "
-                                    "2-6 drift negative", _fmt(dg["mean_shift_later_layers"]),
-                                    dg["mean_shift_later_layers"] < 0, "seed 003 §3, App. B.1.3 (CIFAR-10)"))
-            di = relu.get("default-init")
-            if di and relu.get("mean_shift_later_layers") is not None and di["mean_shift_later_layers"] is not None:
-                he, dflt = relu["mean_shift_later_layers"], di["mean_shift_later_layers"]
-                claims.append(Claim("relu: PyTorch's default Linear init hides the drift "
-                                    "(|shift| < 0.1x the He-init shift)",
-                                    f"default {_fmt(dflt)} vs He {_fmt(he)}",
-                                    abs(dflt) < 0.1 * abs(he), "issue prototype"))
-            sk = relu.get("skip")
-            if sk and sk["mean_shift_later_layers"] is not None:
-                claims.append(Claim("relu with skip connections: drift still negative",
-                                    f"{_fmt(sk['mean_shift_later_layers'])}",
-                                    sk["mean_shift_later_layers"] < 0, "seed 003 App. A.3"))
-        for act in ("noisy_relu", "sugar"):
-            e = acts.get(act)
-            if e and e.get("loss_gap_vs_relu") is not None:
-                gap = e["loss_gap_vs_relu"]
-                claims.append(Claim(f"{act} trains differently from ReLU (paired seeds: relative "
-                                    "mean loss gap > 1e-3)", f"gap {gap:.2e}", gap > 1e-3,
-                                    "seeds README (released code trained both as ReLU)"))
-        sweep = summary.get("sweep", {}).get("relu", {})
-        by = {k: v.get("drift_z_final") for k, v in sweep.items()}
-        for lr_key in sorted({k.split(":")[1] for k in by}):
-            sgd, mom = by.get(f"sgd:{lr_key}"), by.get(f"momentum:{lr_key}")
-            if sgd is not None and mom is not None:
-                claims.append(Claim(f"relu, lr {lr_key}: momentum drifts faster than plain SGD",
-                                    f"drift Z {mom:.3g} vs {sgd:.3g}", mom > sgd, "seed 003 §3, Fig. 2"))
-        for opt in OPTIMIZERS:
-            pairs = sorted((float(k.split(":")[1]), v) for k, v in by.items()
-                           if k.startswith(opt + ":") and v is not None)
-            if len(pairs) >= 2:
-                increasing = all(b[1] > a[1] for a, b in zip(pairs, pairs[1:]))
-                claims.append(Claim(f"relu, {opt}: a higher learning rate gives larger drift",
-                                    ", ".join(f"lr {lr:g}: {v:.3g}" for lr, v in pairs), increasing,
-                                    "seed 003 §3, Fig. 2"))
-        return claims
-
-
-def run_name(unit: dict[str, Any]) -> str:
-    """Tidy-table run name of a unit, e.g. ``main/relu`` or ``sweep/relu/adam:0.001``."""
-    if unit["condition"] == "sweep":
-        return f"sweep/{unit['activation']}/{unit['optimizer']}:{unit['lr']:g}"
-    return f"{unit['condition']}/{unit['activation']}"
-
-
-def describe_run(df: pd.DataFrame, last_hidden: int) -> dict[str, Any]:
-    """Seed-averaged headline numbers of one run's rows (see the experiment's summary)."""
-    depth = df["layer"].map(_layer_index)
-    wm = df[df["metric"] == "weight_mean"]
-    shifts: dict[str, float] = {}
-    for layer, rows in wm.groupby("layer"):
-        per_seed = rows.sort_values("step").groupby("seed")["value"].agg(lambda v: v.iloc[-1] - v.iloc[0])
-        shifts[str(layer)] = float(per_seed.mean())
-    hidden_later = [v for k, v in shifts.items() if 2 <= _layer_index(k) <= last_hidden]
-    out: dict[str, Any] = {
-        "mean_shift_first_layer": _finite(shifts.get("layer1", math.nan)),
-        "mean_shift_later_layers": _finite(float(np.mean(hidden_later))) if hidden_later else None,
-        "mean_shift_output_layer": _finite(shifts.get(f"layer{last_hidden + 1}", math.nan)),
-        "mean_shift_per_layer": {k: _finite(v) for k, v in sorted(shifts.items(), key=lambda kv: _layer_index(kv[0]))},
-    }
-    hidden_sites = df[(depth >= 1) & (depth <= last_hidden)]
-    grads = hidden_sites[hidden_sites["metric"] == "preact_grad_mean"]
-    covs = hidden_sites[hidden_sites["metric"] == "preact_grad_cov"]
-    if len(grads):
-        first = grads["step"].min()
-        g0 = _seed_mean(grads[grads["step"] == first])
-        c0 = covs[covs["step"] == first]["value"].abs().mean() if len(covs) else math.nan
-        out["preact_grad_mean_init"] = _finite(g0)
-        out["preact_grad_cov_init"] = _finite(float(c0))
-        out["preact_grad_mean_sign"] = int(np.sign(g0)) if math.isfinite(g0) else None
-        out["preact_grad_mean_over_training"] = _finite(_seed_mean(grads))
-    sp = hidden_sites[hidden_sites["metric"] == "sparsity"]
-    if len(sp):
-        out["sparsity_start"] = _finite(_seed_mean(sp[sp["step"] == sp["step"].min()]))
-        out["sparsity_end"] = _finite(_seed_mean(sp[sp["step"] == sp["step"].max()]))
-    for metric in ("final_sparsity", "final_neg_frac", "test_accuracy"):
-        rows = df[(df["metric"] == metric) & (df["layer"] == "")]
-        if len(rows):
-            out[metric] = _finite(_seed_mean(rows))
-    z = df[(df["metric"] == "drift_z") & (depth >= 2) & (depth <= last_hidden)]
-    if len(z):
-        out["drift_z_final"] = _finite(_seed_mean(z[z["step"] == z["step"].max()]))
-    loss = df[df["metric"] == "loss"].sort_values("step")
-    if len(loss):
-        tail = loss[loss["step"] >= loss["step"].max() - 50]
-        out["final_loss"] = _finite(_seed_mean(tail))
-    return out
-
-
-def _loss_curve(table: pd.DataFrame, run: str) -> pd.Series | None:
-    df = table[(table["run"] == run) & (table["metric"] == "loss")]
-    if df.empty:
-        return None
-    return df.set_index(["seed", "step"])["value"]
-
-
-def _fmt(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:+.2e}"
+        return drift_claims(summary, OPTIMIZERS, parse_sweep_item)

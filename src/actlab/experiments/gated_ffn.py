@@ -27,8 +27,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from actlab.errors import ConfigError
+from actlab.experiments._gated_ffn_claims import gated_ffn_claims, mean_val_loss
 from actlab.experiments._lm_common import mean_or_nan, sd_or_nan, seeded_gpt, train_and_record
 from actlab.nn.ffn import GATE_KINDS, ffn_flops_per_token
+from actlab.plotting import pyplot
 from actlab.runner.experiment import (
     Claim,
     Experiment,
@@ -41,7 +43,6 @@ from actlab.train.classify import torch_threads
 from actlab.train.lm import LMScale, lm_batches
 from actlab.train.loop import measure_step
 
-SOURCE = "seed 002, Controlled Selection; GLU and Gated FFNs"
 VARIANTS = ["relu", "gelu", "reglu", "geglu", "swiglu"]
 
 
@@ -175,45 +176,7 @@ class GatedFFNExperiment(Experiment):
 
     def claims(self, summary: dict) -> list[Claim]:
         """Matched parameters and FLOPs, loss of gated vs plain, throughput, stability."""
-        v = summary["variants"]
-        plain = [k for k, s in v.items() if s["ffn"] == "plain"]
-        gated = [k for k, s in v.items() if s["ffn"] != "plain"]
-        out: list[Claim] = []
-        if plain and gated:
-            ref = v[plain[0]]["params"]
-            worst = max(abs(v[k]["params"] - ref) / ref for k in gated)
-            out.append(Claim("gated width g = 2m/3 (matched_width) gives equal parameter counts",
-                             f"largest relative difference {worst:.2%} "
-                             f"(widths {v[plain[0]]['hidden_width']} vs {v[gated[0]]['hidden_width']})",
-                             bool(worst < 0.005), SOURCE))
-            ref_f = v[plain[0]]["ffn_flops_per_token"]
-            worst_f = max(abs(v[k]["ffn_flops_per_token"] - ref_f) / ref_f for k in gated)
-            out.append(Claim("at matched parameters the FFN FLOPs per token match too",
-                             f"largest relative difference {worst_f:.2%}", bool(worst_f < 0.01),
-                             SOURCE))
-            best_g = min(gated, key=lambda k: _loss(v[k]))
-            best_p = min(plain, key=lambda k: _loss(v[k]))
-            out.append(Claim("a GLU variant beats the plain FFNs at matched parameters "
-                             "(GLU Variants Improve Transformer, cited by the seed)",
-                             f"best gated {best_g} {_loss(v[best_g]):.4f} vs best plain {best_p} "
-                             f"{_loss(v[best_p]):.4f}", bool(_loss(v[best_g]) < _loss(v[best_p])),
-                             SOURCE))
-            base = summary["thresholds"]["baseline"]
-            slower = [k for k in gated if v[k]["tokens_per_s"] < v[base]["tokens_per_s"]]
-            out.append(Claim("equal FLOPs do not mean equal speed: gated FFNs run slower "
-                             "(three projections and a product)",
-                             f"{len(slower)}/{len(gated)} gated variants slower than {base} "
-                             "(CPU timings on a shared machine)", bool(len(slower) == len(gated)),
-                             SOURCE))
-        failed = sum(s["failed_runs"] for s in v.values())
-        out.append(Claim("all runs finish with a finite loss (stability threshold)",
-                         f"{failed} failed runs", failed == 0, SOURCE))
-        return out
-
-
-def _loss(s: dict) -> float:
-    value = s["val_loss"]["mean"]
-    return value if np.isfinite(value) else float("inf")
+        return gated_ffn_claims(summary)
 
 
 def _select(variants: dict[str, dict], config: GatedFFNConfig) -> dict:
@@ -227,11 +190,11 @@ def _select(variants: dict[str, dict], config: GatedFFNConfig) -> dict:
                              and s["memory_ratio"] <= config.max_memory_ratio)
         if s["eligible"]:
             eligible.append(name)
-    best = min(eligible, key=lambda k: _loss(variants[k])) if eligible else None
+    best = min(eligible, key=lambda k: mean_val_loss(variants[k])) if eligible else None
     replaces = False
     if best is not None and best != config.baseline:
         spread = max(_nan0(variants[best]["val_loss"]["sd"]), _nan0(base["val_loss"]["sd"]))
-        replaces = _loss(base) - _loss(variants[best]) > config.quality_margin + spread
+        replaces = mean_val_loss(base) - mean_val_loss(variants[best]) > config.quality_margin + spread
     return {"eligible": eligible, "best_eligible": best,
             "selected": best if replaces else config.baseline, "baseline_replaced": replaces}
 
@@ -241,10 +204,7 @@ def _nan0(x: float) -> float:
 
 
 def _figure(summary: dict, ctx: RunContext) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     names = list(summary["variants"])
     v = summary["variants"]

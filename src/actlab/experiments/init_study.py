@@ -40,6 +40,13 @@ from torch import nn
 from actlab.data.spirals import data_seed, two_spirals
 from actlab.errors import ConfigError, did_you_mean
 from actlab.experiments._common import check_input_scale, require_at_least_one, require_positive
+from actlab.experiments._init_study_report import (
+    LN2,
+    PUBLISHED,
+    gradient_claims,  # noqa: F401 - re-exported
+    init_study_claims,
+    init_study_figures,
+)
 from actlab.measure.signal import logistic_cross_entropy, weight_grad_norms
 from actlab.nn.deep_mlp import deep_mlp
 from actlab.runner.experiment import (
@@ -60,8 +67,6 @@ from actlab.train.binary import (  # noqa: F401 (some re-exported: the loop's fo
     train_binary_sgd_ensemble,
 )
 
-LN2 = math.log(2.0)
-
 # name -> (activation, init scheme, gain or None: the scheme's own)
 CONFIGURATIONS: dict[str, tuple[str, str, float | None]] = {
     "relu-default": ("relu", "torch-default", None),
@@ -74,20 +79,6 @@ CONFIGURATIONS: dict[str, tuple[str, str, float | None]] = {
     "elu-he": ("elu", "he", None),
     "silu-he": ("silu", "he", None),
     "silu-gain1.68": ("silu", "fixed-point", None),  # SiLU's fixed-point gain 1.6765
-}
-
-# The handbook's results (seed 001): verdict, late cost per seed, mean test accuracy.
-PUBLISHED = {
-    "relu-default": ("stalls at chance", (0.6931, 0.6931, 0.6931), 0.5000),
-    "relu-xavier": ("learns slowly", (0.6313, 0.6931, 0.5812), 0.5989),
-    "relu-he": ("trains", (0.3439, 0.1978, 0.1237), 0.8956),
-    "relu-1.41he": ("diverges", None, None),
-    "sigmoid-xavier": ("stalls at chance", (0.6932, 0.6932, 0.6931), 0.5000),
-    "tanh-xavier": ("learns slowly", (0.6026, 0.4312, 0.3785), 0.6922),
-    "tanh-xavier-5/3": ("trains", (0.3068, 0.0424, 0.0836), 0.8344),
-    "elu-he": ("trains", (0.0636, 0.0382, 0.0560), 0.9311),
-    "silu-he": ("learns slowly", (0.6922, 0.3559, 0.3263), 0.6600),
-    "silu-gain1.68": ("trains", (0.1215, 0.0331, 0.0330), 0.9344),
 }
 
 
@@ -246,97 +237,9 @@ class InitStudyExperiment(Experiment):
                 "grad_norms_before_seed0": grads,
                 "handbook_verdict": PUBLISHED[name][0],
             }
-        _figures(summary, table, config, ctx)
+        init_study_figures(summary, table, list(CONFIGURATIONS), ctx)
         return summary
 
     def claims(self, summary: dict) -> list[Claim]:
-        """One claim per configuration: our verdict against the handbook's."""
-        out = []
-        comparable = summary["protocol"]["comparable_with_handbook"]
-        for name in CONFIGURATIONS:
-            if name not in summary:
-                continue
-            entry = summary[name]
-            published = PUBLISHED[name]
-            late = ", ".join("overflow" if c is None else f"{c:.4f}" for c in entry["late_costs"])
-            acc = entry["test_accuracy"]
-            text = f"{name}: {published[0]}"
-            if published[1]:
-                text += f" (late costs {', '.join(f'{c:.4f}' for c in published[1])}, test accuracy {published[2]:.4f})"
-            measured = f"{entry['verdict']} (late costs {late}; test accuracy " + (
-                "n/a" if acc is None else f"{acc:.4f}") + ")"
-            held = entry["verdict"] == published[0] if comparable else None
-            if not comparable:
-                measured += " [shortened protocol: not comparable]"
-            out.append(Claim(text, measured, held, "seed 001, The sample project"))
-        out.extend(gradient_claims(summary))
-        return out
-
-
-def gradient_claims(summary: dict) -> list[Claim]:
-    """First-layer weight-gradient norms before training (seed 0) against the handbook's."""
-    src = "seed 001, The sample project (gradient norms before training)"
-    needed = ("relu-he", "relu-xavier", "relu-default", "relu-1.41he", "sigmoid-xavier",
-              "silu-he", "silu-gain1.68")
-    if any(name not in summary for name in needed):
-        return []
-    first = {name: summary[name]["grad_norms_before_seed0"][0] for name in needed}
-    he = first["relu-he"]
-
-    def within(value: float, target: float, factor: float) -> bool:
-        return math.isfinite(value) and target / factor <= value <= target * factor
-
-    rows = [
-        ("sigmoid+Xavier first-layer norm 7.35e-14 (within 10x)", first["sigmoid-xavier"],
-         within(first["sigmoid-xavier"], 7.35e-14, 10)),
-        ("ReLU+He first-layer norm 0.102 (within 3x)", he, within(he, 0.102, 3)),
-        ("ReLU Xavier / He first-layer norm ~ 2^-10 (within 3x)", first["relu-xavier"] / he,
-         within(first["relu-xavier"] / he, 2.0**-10, 3)),
-        ("ReLU default / He ~ 6^-10 = 1.65e-8 (within 10x)", first["relu-default"] / he,
-         within(first["relu-default"] / he, 6.0**-10, 10)),
-        ("ReLU 1.41xHe / He ~ 2^10, about 1,900 in the handbook (within 3x of 2^10)",
-         first["relu-1.41he"] / he, within(first["relu-1.41he"] / he, 2.0**10, 3)),
-        ("SiLU+He starts four orders of magnitude below SiLU with its fixed-point gain "
-         "(ratio within 10x of 1e-4)", first["silu-he"] / first["silu-gain1.68"],
-         within(first["silu-he"] / first["silu-gain1.68"], 1e-4, 10)),
-    ]
-    return [Claim(text, f"{value:.3g}", held, src) for text, value, held in rows]
-
-
-def _figures(summary: dict, table, config: InitStudyConfig, ctx: RunContext) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    names = [name for name in CONFIGURATIONS if name in summary]
-    fig, axes = plt.subplots(2, 5, figsize=(20, 7), sharex=True, sharey=True)
-    for ax, name in zip(axes.ravel(), names):
-        rows = table[(table["run"] == name) & (table["metric"] == "cost")]
-        for i, (seed, sel) in enumerate(rows.groupby("seed")):
-            sel = sel.sort_values("step")
-            ax.plot(sel["step"], sel["value"].clip(upper=5.0), color=f"C{i}", lw=0.8,
-                    label=f"seed {seed}")
-        ax.axhline(LN2, color="k", ls=":", lw=0.8)
-        ax.axhline(LN2 / 2, color="k", ls="--", lw=0.8)
-        ax.set_title(f"{name}: {summary[name]['verdict']}", fontsize=9)
-        if summary[name]["verdict"] == "diverges":
-            start = [c for c in summary[name]["initial_cost"] if c is not None]
-            ax.text(0.5, 0.5, "cost overflowed\n(initial cost " + ", ".join(
-                f"{c:.4g}" for c in start) + ")", transform=ax.transAxes, ha="center",
-                fontsize=8)
-        ax.set_ylim(0, 1.5)
-    axes[0, 0].legend(fontsize=7)
-    for ax in axes[1]:
-        ax.set_xlabel("epoch")
-    ctx.save_figure(fig, "init_study_costs")
-
-    fig, ax = plt.subplots(figsize=(8, 5))
-    for i, name in enumerate(names):
-        grads = summary[name]["grad_norms_before_seed0"]
-        ax.semilogy(range(1, len(grads) + 1), grads, color=f"C{i % 10}",
-                    ls="-" if i < 10 else "--", label=name)
-    ax.set_xlabel("layer (21 = output)")
-    ax.set_ylabel("weight-gradient norm before training")
-    ax.legend(fontsize=7)
-    ctx.save_figure(fig, "init_study_gradients")
+        """One claim per configuration (our verdict against the handbook's), gradient norms."""
+        return init_study_claims(summary, list(CONFIGURATIONS))

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from actlab import analysis
 from actlab.errors import ConfigError
 from actlab.experiments._lm_common import (
     mean_or_nan,
@@ -29,6 +30,8 @@ from actlab.experiments._lm_common import (
     train_and_record,
 )
 from actlab.nn.gpt import GPT
+from actlab.plotting import pyplot
+from actlab.runner.claims import claim_id
 from actlab.runner.experiment import (
     Claim,
     Experiment,
@@ -119,7 +122,9 @@ class LMShiftExperiment(Experiment):
         summary = {key: first[key] for key in ("val_loss_unshifted", "val_loss_shifted",
                                                "residual_final", "residual_early")}
         summary.update(activation=config.activations[0], per_activation=per_activation,
-                       scale=_scale(config), failed_runs=sum(r["status"] != "ok" for r in results))
+                       scale=f"{config.n_layer} layers, d={config.n_embd}, context {config.block_size}, "
+                       f"batch {config.batch_size}, {config.steps} steps on {config.data}",
+                       failed_runs=sum(r["status"] != "ok" for r in results))
         return summary
 
     def claims(self, summary: dict) -> list[Claim]:
@@ -132,18 +137,24 @@ class LMShiftExperiment(Experiment):
                 "(GPT-2 Small: by about 0.01)",
                 f"residual {res:+.4f} (sd over seeds {s['residual_final_sd']:.4f}; "
                 f"{s['seeds_shift_better']}/{s['n_seeds']} seeds better)",
-                bool(np.isfinite(res) and res < 0), SOURCE))
+                bool(np.isfinite(res) and res < 0), SOURCE,
+                id=claim_id(self.name, act, "shift-lowers-final-loss"), value=res,
+                comparison="<", threshold=0.0))
             early = s["residual_early"]
             out.append(Claim(
                 f"{act}: the unshifted model leads early (controlled model §2.2; "
                 "§5 notes GPT-2 Small did not show this)",
                 f"early residual {early:+.4f} at step {s['early_step']}",
-                bool(np.isfinite(early) and early > 0), "seed 000 §2.2, §5"))
+                bool(np.isfinite(early) and early > 0), "seed 000 §2.2, §5",
+                id=claim_id(self.name, act, "unshifted-leads-early"), value=early,
+                comparison=">", threshold=0.0))
             ou, os_ = s["overshoot_unshifted"], s["overshoot_shifted"]
             out.append(Claim(
                 f"{act}: shifting suppresses the hidden-state overshoot",
                 f"overshoot {os_:.4f} shifted vs {ou:.4f} unshifted (mean over blocks, seeds)",
-                bool(np.isfinite(ou) and np.isfinite(os_) and os_ < ou), "seed 000 §4.1, App. E.2"))
+                bool(np.isfinite(ou) and np.isfinite(os_) and os_ < ou), "seed 000 §4.1, App. E.2",
+                id=claim_id(self.name, act, "shift-suppresses-overshoot"), value=os_,
+                comparison="<", threshold=ou))
         return out
 
 
@@ -162,24 +173,15 @@ def _trajectory_recorder(result: UnitResult, run: str, seed: int, model: GPT, in
     return record
 
 
-def _scale(config: LMShiftConfig) -> str:
-    return (f"{config.n_layer} layers, d={config.n_embd}, context {config.block_size}, "
-            f"batch {config.batch_size}, {config.steps} steps on {config.data}")
-
-
-def _final(values) -> float:
-    return float(values.iloc[-1]) if len(values) else float("nan")
-
-
 def _activation_summary(table, act: str, config: LMShiftConfig) -> dict:
-    val = table[(table.metric == "val_loss") & table.run.str.startswith(f"{act}/")]
     finals: dict[str, dict[int, float]] = {c: {} for c in CONDITIONS}
     curves: dict[str, dict[int, dict[int, float]]] = {c: {} for c in CONDITIONS}
-    for (run, seed), group in val.groupby(["run", "seed"]):
-        condition = run.split("/")[1]
-        group = group.sort_values("step")
-        finals[condition][int(seed)] = _final(group.value)
-        curves[condition][int(seed)] = dict(zip(group.step.astype(int), group.value))
+    for condition in CONDITIONS:
+        val = table[(table.metric == "val_loss") & (table.run == f"{act}/{condition}")]
+        for seed, group in val.groupby("seed"):
+            group = group.sort_values("step")
+            finals[condition][int(seed)] = float(group.value.iloc[-1])
+            curves[condition][int(seed)] = dict(zip(group.step.astype(int), group.value))
     seeds = sorted(set(finals["unshifted"]) & set(finals["shifted"]))
     residuals = [finals["shifted"][s] - finals["unshifted"][s] for s in seeds]
     steps = sorted(set.intersection(*[set(curves[c][s]) for c in CONDITIONS for s in seeds])) \
@@ -214,21 +216,15 @@ def _overshoot(table, run: str) -> float:
 
 
 def _figures(table, config: LMShiftConfig, ctx: RunContext) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     acts = config.activations
     fig, axes = plt.subplots(1, len(acts), figsize=(5 * len(acts), 3.5), squeeze=False)
     for ax, act in zip(axes[0], acts):
         for metric, style in (("train_loss", ":"), ("val_loss", "-")):
-            rows = table[table.metric == metric]
-            pivot = rows.pivot_table(index=["seed", "step"], columns="run", values="value")
-            if f"{act}/shifted" not in pivot or f"{act}/unshifted" not in pivot:
-                continue
-            diff = (pivot[f"{act}/shifted"] - pivot[f"{act}/unshifted"]).unstack("seed")
-            ax.plot(diff.index, diff.mean(axis=1), style, label=metric.replace("_", " "))
+            diff = analysis.paired_residual(table, metric, act)
+            if not diff.empty:
+                ax.plot(diff.index, diff.mean(axis=1), style, label=metric.replace("_", " "))
         ax.axhline(0, color="grey", lw=0.8)
         ax.set(title=f"{act}: L_shifted - L_unshifted", xlabel="step", ylabel="loss residual")
         ax.legend()

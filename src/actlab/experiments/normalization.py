@@ -25,6 +25,8 @@ from actlab.errors import ConfigError
 from actlab.experiments._common import require_at_least_one
 from actlab.measure.signal import half_squared_error, weight_grad_norms
 from actlab.nn.deep_mlp import deep_mlp
+from actlab.plotting import pyplot
+from actlab.runner.claims import claim_id
 from actlab.runner.experiment import (
     Claim,
     Experiment,
@@ -132,18 +134,25 @@ class NormalizationExperiment(Experiment):
             if last is not None:
                 text += f", last {last:.2g}"
                 measured += f", {got['last']:.3g}"
-            out.append(Claim(text + " (within a factor of 3)", measured, held, src))
+            out.append(Claim(text + " (within a factor of 3)", measured, held, src,
+                             id=claim_id(self.name, stack, variant, "norms-match-handbook"),
+                             value=got["first"], comparison="compound", threshold=3.0,
+                             reference=first))
         normed = [summary["relu-2he"][v][k] for v in ("batch-norm", "layer-norm")
                   for k in ("first", "last")]
         lo, hi = NORMALIZED_RANGE
         out.append(Claim(f"relu-2he with batch or layer norm: norms between {lo} and {hi} "
                          "(range widened 3x each way)", f"{min(normed):.3g}..{max(normed):.3g}",
-                         min(normed) >= lo / 3 and max(normed) <= hi * 3, src))
+                         min(normed) >= lo / 3 and max(normed) <= hi * 3, src,
+                         id=claim_id(self.name, "relu-2he", "normed", "norms-in-range"),
+                         value=max(normed), comparison="compound", threshold=hi * 3))
         plain, res = summary["relu-2he"]["plain"], summary["relu-2he"]["residual"]
         out.append(Claim("relu-2he: residual blocks alone make the norms larger still",
                          f"residual {res['first']:.3g}/{res['last']:.3g} vs plain "
                          f"{plain['first']:.3g}/{plain['last']:.3g}",
-                         res["first"] > plain["first"] and res["last"] > plain["last"], src))
+                         res["first"] > plain["first"] and res["last"] > plain["last"], src,
+                         id=claim_id(self.name, "relu-2he", "residual", "norms-larger"),
+                         value=res["last"], comparison="compound", threshold=plain["last"]))
         return out
 
 
@@ -152,10 +161,7 @@ def _within(value: float, target: float, factor: float = 3.0) -> bool:
 
 
 def _figure(curves: dict, ctx: RunContext) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.2))
     for ax, stack in zip(axes, STACKS):

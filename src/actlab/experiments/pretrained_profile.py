@@ -42,7 +42,9 @@ from actlab.hf import (  # noqa: F401  (re-exported: these names were public her
     sentence_embeddings,
     transformer_blocks,
 )
+from actlab.plotting import pyplot
 from actlab.profile import layer_profile
+from actlab.runner.claims import claim_id
 from actlab.runner.experiment import (
     Claim,
     Experiment,
@@ -133,20 +135,23 @@ class PretrainedProfileExperiment(Experiment):
             Claim(f"language models show a spike layer: max/median of the down-projection input "
                   f"range > {SPIKE_RATIO:g} (BERT-base, GPT-2: 9-12x)",
                   f"{ratio:.2f}x (layer {summary['range_max_layer']} of {n})",
-                  bool(np.isfinite(ratio) and ratio > SPIKE_RATIO), SOURCE),
+                  bool(np.isfinite(ratio) and ratio > SPIKE_RATIO), SOURCE,
+                  id=claim_id(self.name, "model", "spike-layer"), value=ratio, comparison=">",
+                  threshold=SPIKE_RATIO),
             Claim("the spike is in an early layer (first half)",
                   f"largest range at layer {summary['range_max_layer']} of {n}",
-                  bool(summary["range_max_layer"] < n / 2), "seed 003 §6, App. B.3"),
+                  bool(summary["range_max_layer"] < n / 2), "seed 003 §6, App. B.3",
+                  id=claim_id(self.name, "model", "spike-in-early-layer"),
+                  value=summary["range_max_layer"], comparison="<", threshold=n / 2),
             Claim("most MLP pre-activations are negative (60-80% in the seed's trained models)",
-                  f"mean share over layers {neg:.3f}", bool(0.6 <= neg <= 0.8), "seed 003 §3, Table 1"),
+                  f"mean share over layers {neg:.3f}", bool(0.6 <= neg <= 0.8), "seed 003 §3, Table 1",
+                  id=claim_id(self.name, "model", "most-preactivations-negative"), value=neg,
+                  comparison="compound", threshold=0.6),
         ]
 
 
 def _figure(summary: dict, ctx: RunContext) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     layers = summary["layers"]
     order = list(layers)

@@ -28,6 +28,8 @@ from actlab.experiments._image_common import (
     record_diverged,
     seeds_in,
 )
+from actlab.plotting import pyplot
+from actlab.runner.claims import claim_id
 from actlab.runner.experiment import (
     STATUS_OK,
     Claim,
@@ -150,10 +152,7 @@ class Relufication(Experiment):
                 "models": models}
 
     def _figure(self, models: dict[str, Any], ctx: RunContext) -> None:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+        plt = pyplot()
 
         fig, axes = plt.subplots(1, 2, figsize=(9, 3.5))
         names = list(models)
@@ -179,13 +178,19 @@ class Relufication(Experiment):
                 continue
             claims.append(Claim(f"{model}: ReLUfication costs < 2 pp accuracy",
                                 f"{e['before_accuracy']:.3f} -> {e['after_accuracy']:.3f} "
-                                f"({e['accuracy_drop_pp']:+.1f} pp)", e["accuracy_drop_pp"] < 2.0, src))
+                                f"({e['accuracy_drop_pp']:+.1f} pp)", e["accuracy_drop_pp"] < 2.0, src,
+                                id=claim_id(self.name, model, "accuracy-drop-below-2pp"),
+                                value=e["accuracy_drop_pp"], comparison="<", threshold=2.0))
             claims.append(Claim(f"{model}: sparsity after ReLUfication in the published 55-74% range",
-                                f"{e['after_sparsity']:.3f}", 0.55 <= e["after_sparsity"] <= 0.74, src))
+                                f"{e['after_sparsity']:.3f}", 0.55 <= e["after_sparsity"] <= 0.74, src,
+                                id=claim_id(self.name, model, "sparsity-in-published-range"),
+                                value=e["after_sparsity"], comparison="compound", threshold=0.55))
             if e.get("after_neg_frac") is not None:
                 gap = abs(e["after_sparsity"] - e["after_neg_frac"])
                 claims.append(Claim(f"{model}: sparsity after conversion matches the negative share "
                                     "(|diff| < 0.05)", f"{e['after_sparsity']:.3f} vs {e['after_neg_frac']:.3f}",
-                                    gap < 0.05, src))
+                                    gap < 0.05, src,
+                                    id=claim_id(self.name, model, "sparsity-matches-negative-share"),
+                                    value=gap, comparison="<", threshold=0.05))
         return claims
 

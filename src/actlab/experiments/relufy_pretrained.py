@@ -27,6 +27,8 @@ import torch.nn.functional as F
 from actlab.data.text import docstrings
 from actlab.errors import ConfigError
 from actlab.hf import encode_each, load_hf_model, mean_pooled, mlp_sites, sentence_embeddings
+from actlab.plotting import pyplot
+from actlab.runner.claims import claim_id
 from actlab.runner.experiment import (
     STATUS_DIVERGED,
     Claim,
@@ -147,21 +149,31 @@ class RelufyPretrainedExperiment(Experiment):
         stages = summary["stages"]
         out: list[Claim] = []
         if "relu_finetuned" not in stages:
-            return [Claim("fine-tune finished", "diverged", False, SOURCE)]
+            return [Claim("fine-tune finished", "diverged", False, SOURCE,
+                          id=claim_id(self.name, "model", "fine-tune-finished"))]
         tuned, swap = stages["relu_finetuned"], stages["relu"]
         out.append(Claim("ReLUfication yields 55-74% post-activation sparsity",
                          f"{tuned['sparsity']:.3f} after fine-tune ({swap['sparsity']:.3f} at swap)",
-                         bool(0.55 <= tuned["sparsity"] <= 0.74), SOURCE))
+                         bool(0.55 <= tuned["sparsity"] <= 0.74), SOURCE,
+                         id=claim_id(self.name, "model", "sparsity-in-published-range"),
+                         value=tuned["sparsity"], comparison="compound", threshold=0.55))
         gap = abs(tuned["sparsity"] - tuned["preact_neg_frac"])
         out.append(Claim("the resulting sparsity closely matches the share of negative "
                          "pre-activations (within 0.02)", f"|difference| {gap:.4f}",
-                         bool(gap <= 0.02), SOURCE))
+                         bool(gap <= 0.02), SOURCE,
+                         id=claim_id(self.name, "model", "sparsity-matches-negative-share"),
+                         value=gap, comparison="<=", threshold=0.02))
         change = tuned["preact_neg_frac"] - stages["original"]["preact_neg_frac"]
         out.append(Claim("the share of negative pre-activations changes little after conversion "
-                         "(within 0.05)", f"{change:+.4f}", bool(abs(change) <= 0.05), SOURCE))
+                         "(within 0.05)", f"{change:+.4f}", bool(abs(change) <= 0.05), SOURCE,
+                         id=claim_id(self.name, "model", "negative-share-changes-little"),
+                         value=change, comparison="within", threshold=0.05, reference=0.0))
         out.append(Claim("a brief fine-tune recovers the original embedding (cosine rises)",
                          f"cosine {swap['cosine_to_original']:.4f} -> {tuned['cosine_to_original']:.4f}",
-                         bool(tuned["cosine_to_original"] > swap["cosine_to_original"]), SOURCE))
+                         bool(tuned["cosine_to_original"] > swap["cosine_to_original"]), SOURCE,
+                         id=claim_id(self.name, "model", "fine-tune-recovers-embedding"),
+                         value=tuned["cosine_to_original"], comparison=">",
+                         threshold=swap["cosine_to_original"]))
         return out
 
 
@@ -202,10 +214,7 @@ def _self_distill(model, input_ids, mask, teacher, config: RelufyConfig, seed: i
 
 
 def _figure(summary: dict, ctx: RunContext) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.6))
     for stage, s in summary["stages"].items():

@@ -14,6 +14,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from actlab.experiments import _ts_common as ts
+from actlab.runner.claims import claim_id
 from actlab.runner.experiment import (
     STATUS_DIVERGED,
     Claim,
@@ -134,6 +135,7 @@ class ShiftSweep(Experiment):
                 f"median per-seed best shift {entry['best_shift_median']:.3f} "
                 f"(held: ratio <= {NEAR_OPTIMAL_RATIO})",
                 bool(np.isfinite(ratio) and ratio <= NEAR_OPTIMAL_RATIO),
-                "000 App. A.2, Fig. 9",
+                "000 App. A.2, Fig. 9", id=claim_id(self.name, activation, "theory-shift-near-optimal"),
+                value=ratio, comparison="<=", threshold=NEAR_OPTIMAL_RATIO,
             ))
         return rows

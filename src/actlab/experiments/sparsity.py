@@ -33,6 +33,8 @@ from actlab.experiments._image_common import (
     record_diverged,
     seeds_in,
 )
+from actlab.experiments._sparsity_claims import METHODS, sparsity_claims
+from actlab.plotting import pyplot
 from actlab.runner.experiment import (
     STATUS_OK,
     Claim,
@@ -45,7 +47,6 @@ from actlab.runner.experiment import (
 from actlab.train.classify import MODEL_KINDS, check_data_fields, torch_threads
 
 PUBLISHED = {"A": 0.978, "B": 0.635, "N": 16.72, "r2": 0.565}  # seed 003 §4.1, N = 79 points
-METHODS = ("percentile", "topk")
 
 
 @dataclass
@@ -170,10 +171,7 @@ class Sparsity(Experiment):
         return summary
 
     def _figure(self, points: list[dict[str, Any]], fit: Any, ctx: RunContext) -> None:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+        plt = pyplot()
 
         fig, ax = plt.subplots(figsize=(6.5, 4.2))
         markers = {"percentile": "o", "topk": "^"}
@@ -195,43 +193,7 @@ class Sparsity(Experiment):
 
     def claims(self, summary: dict) -> list[Claim]:
         """The cliff, the plateau, skip robustness, Percentile Centering sets the level."""
-        claims: list[Claim] = []
-        points = summary.get("points", [])
-        if summary.get("N") is not None:
-            cliff = summary["cliff_sparsity"]
-            claims.append(Claim(
-                "accuracy has a sparsity cliff: sharp fit (N > 3) dropping 10% only beyond "
-                "s = 0.7 (published A=0.978 B=0.635 N=16.72 R²=0.565 on CIFAR/ImageNet/GPT)",
-                f"A={summary['A']:.3f} B={summary['B']:.3f} N={summary['N']:.2f} "
-                f"R²={summary['r2']:.2f}, cliff at s={'none' if cliff is None else f'{cliff:.2f}'}",
-                bool(summary["N"] > 3 and cliff is not None and cliff > 0.7), "seed 003 §4.1"))
-        low = [p["normalized_accuracy"] for p in points if p["sparsity"] <= 0.7 and "normalized_accuracy" in p]
-        high = [p["normalized_accuracy"] for p in points if p["sparsity"] >= 0.9 and "normalized_accuracy" in p]
-        if low and high:
-            claims.append(Claim("accuracy nearly flat up to 70% sparsity (mean normalised >= 0.95) "
-                                "and lower beyond 90%",
-                                f"mean {np.mean(low):.3f} (s<=0.7, {len(low)} pts) vs "
-                                f"{np.mean(high):.3f} (s>=0.9, {len(high)} pts)",
-                                bool(np.mean(low) >= 0.95 and np.mean(high) < np.mean(low)),
-                                "seed 003 §4.1"))
-        for method in METHODS:
-            plain = {p["level"]: p for p in points if p["model"] == "mlp" and p["method"] == method}
-            skip = {p["level"]: p for p in points if p["model"] == "mlp-skip" and p["method"] == method}
-            common = sorted(set(plain) & set(skip))
-            if common:
-                hardest = common[-1] if method == "percentile" else common[0]
-                a, b = plain[hardest]["accuracy"], skip[hardest]["accuracy"]
-                claims.append(Claim(f"skip connections make the MLP more robust at the highest "
-                                    f"{method} sparsity",
-                                    f"level {hardest:g}: MLP {a:.3f} vs MLP+skip {b:.3f}", b > a,
-                                    "seed 003 §4.1, App. A.3"))
-        pc = [p for p in points if p["method"] == "percentile" and p["model"] in ("mlp", "mlp-skip", "vit")]
-        if pc:
-            err = max(abs(p["sparsity"] - p["level"]) for p in pc)
-            claims.append(Claim("Percentile Centering sets the sparsity of the following ReLU to q "
-                                "(LayerNorm flavour, |s - q| < 0.05)", f"max |s - q| = {err:.3f}",
-                                err < 0.05, "seed 003 §4"))
-        return claims
+        return sparsity_claims(summary)
 
 
 def _per_model(points: list[dict[str, Any]]) -> dict[str, Any]:

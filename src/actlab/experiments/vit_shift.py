@@ -23,12 +23,12 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import pandas as pd
 import torch
 
 from actlab import analysis
 from actlab.errors import ConfigError
+from actlab.experiments._vit_shift_report import PREFIX, vit_shift_claims, vit_shift_figures
 from actlab.runner.experiment import (
     STATUS_DIVERGED,
     Claim,
@@ -40,7 +40,6 @@ from actlab.runner.experiment import (
 )
 from actlab.train.classify import OPTIMIZERS, TrainSettings, torch_threads
 
-PREFIX = "vit"
 CONDITIONS = ("unshifted", "shifted")
 EARLY_FRACTION = 0.05  # "early" comparison point: the checkpoint nearest 5% of training
 
@@ -159,10 +158,6 @@ def train_vit(config: ViTShiftConfig, activation: str, seed: int, data: Any,
     return outcome.status
 
 
-def _fmt(value: Any, digits: int = 3) -> str:
-    return "n/a" if value is None or not math.isfinite(value) else f"{value:.{digits}g}"
-
-
 @register
 class ViTShift(Experiment):
     """Small ViT on digits: unshifted vs adaptively shifted GELU (loss residuals, overshoot)."""
@@ -245,7 +240,7 @@ class ViTShift(Experiment):
         if not u.empty and not s.empty:
             summary["test_loss_crossover_steps"] = [
                 None if math.isnan(v) else v for v in analysis.crossover_steps(u, s)]
-        _figures(config, table, ctx)
+        vit_shift_figures(table, config.depth, ctx)
         # Which of the seed's effects this run reproduced, in words (from the claims).
         summary["note"] = [f"{'reproduced' if c.held else 'NOT reproduced'}: {c.claim} "
                            f"({c.measured})" for c in self.claims(summary)]
@@ -253,67 +248,4 @@ class ViTShift(Experiment):
 
     def claims(self, summary: dict) -> list[Claim]:
         """Fig. 6 (early deficit, final test loss/accuracy, higher train loss) and Fig. 7(a)."""
-        src = "seed 000 §4.1, Fig. 6"
-        claims: list[Claim] = []
-        early = summary.get("acc_residual_early")
-        if early is not None:
-            claims.append(Claim("adaptive shift initially trails in test accuracy",
-                                f"accuracy residual {_fmt(early)} at step "
-                                f"{summary.get('early_step')}", early < 0, src))
-        au, as_ = summary.get("test_acc_unshifted"), summary.get("test_acc_shifted")
-        if au is not None and as_ is not None:
-            claims.append(Claim("adaptive shift ends with higher test accuracy",
-                                f"{as_:.4f} shifted vs {au:.4f} unshifted", as_ > au, src))
-        for key, text, sign in (
-                ("test_loss_residual_final", "adaptive shift ends with lower test loss", -1),
-                ("train_loss_residual_final",
-                 "adaptive shift retains a higher training loss at the end", 1)):
-            value = summary.get(key)
-            if value is not None:
-                claims.append(Claim(text, f"{key.replace('_', ' ')} {_fmt(value)}",
-                                    sign * value > 0, src))
-        ou, os_ = summary.get("overshoot_unshifted"), summary.get("overshoot_shifted")
-        if ou is not None and os_ is not None:
-            claims.append(Claim("adaptive shift suppresses the hidden-state overshoot "
-                                "(last block)", f"overshoot {_fmt(os_)} shifted vs "
-                                f"{_fmt(ou)} unshifted", os_ < ou, "seed 000 §4.1, Fig. 7(a)"))
-        return claims
-
-
-def _figures(config: ViTShiftConfig, table: pd.DataFrame, ctx: RunContext) -> None:
-    plt = analysis.pyplot()
-    if table.empty:
-        return
-    fig, axes = plt.subplots(1, 3, figsize=(15, 3.8))
-    for ax, (metric, label) in zip(axes, (("train_loss", "training-loss residual"),
-                                          ("test_loss", "test-loss residual"),
-                                          ("test_accuracy", "test-accuracy residual"))):
-        residual = analysis.paired_residual(table, metric, PREFIX)
-        if residual.empty:
-            continue
-        x = np.maximum(residual.index.to_numpy(dtype=float), 1)
-        ax.plot(x, residual.to_numpy(), color="gray", alpha=0.4, lw=0.7)
-        ax.plot(x, residual.mean(axis=1).to_numpy(), color="black", lw=2)
-        ax.axhline(0, color="k", lw=0.5, ls="--")
-        ax.set_xscale("log")
-        ax.set_xlabel("step")
-        ax.set_title(f"{label} (shifted - unshifted)", fontsize=9)
-    ctx.save_figure(fig, "fig6_residuals")
-
-    fig, axes = plt.subplots(2, config.depth, figsize=(3.4 * config.depth, 6.4), squeeze=False)
-    for block in range(config.depth):
-        analysis.plot_pair_curves(axes[0, block], table, PREFIX, "hidden_mean", f"block{block}")
-        axes[0, block].set_title(f"hidden-state mean after block {block}", fontsize=9)
-        analysis.plot_pair_curves(axes[1, block], table, PREFIX, "act_mean", f"act{block}")
-        axes[1, block].set_title(f"MLP post-activation mean, block {block}", fontsize=9)
-    axes[0, 0].legend(fontsize=7)
-    ctx.save_figure(fig, "fig7a_hidden_mean")
-
-    fig, axes = plt.subplots(1, 3, figsize=(15, 3.8))
-    for ax, metric in zip(axes, ("train_loss", "test_loss", "test_accuracy")):
-        analysis.plot_pair_curves(ax, table, PREFIX, metric)
-        ax.set_ylabel(metric.replace("_", " "))
-        if "loss" in metric:
-            ax.set_yscale("log")
-    axes[0].legend(fontsize=7)
-    ctx.save_figure(fig, "vit_curves")
+        return vit_shift_claims(summary)

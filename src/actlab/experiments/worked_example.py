@@ -23,6 +23,11 @@ import torch
 
 import actlab
 from actlab.errors import ConfigError
+from actlab.experiments._worked_example_claims import (  # noqa: F401 - re-exported
+    PUBLISHED_ACTIVATIONS,
+    fmt_values,
+    worked_example_claims,
+)
 from actlab.nn.deep_mlp import DeepMLP, weight_std
 from actlab.runner.experiment import (
     Claim,
@@ -36,17 +41,6 @@ from actlab.runner.experiment import (
 ACTIVATIONS = ("sigmoid", "tanh", "relu", "leaky_relu", "elu", "gelu", "silu", "softplus")
 POINTS = (-1.5, 0.0, 0.5)
 
-# The handbook's values (seed 001, "Worked example"), checked by ``claims`` and the tests.
-PUBLISHED_ACTIVATIONS = {
-    "sigmoid": ((0.1824, 0.5000, 0.6225), (0.1491, 0.2500, 0.2350)),
-    "tanh": ((-0.9051, 0.0, 0.4621), (0.1807, 1.0, 0.7864)),
-    "relu": ((0.0, 0.0, 0.5), (0.0, 0.0, 1.0)),
-    "leaky_relu": ((-0.0150, 0.0, 0.5), (0.0100, 0.0100, 1.0)),
-    "elu": ((-0.7769, 0.0, 0.5), (0.2231, 1.0, 1.0)),
-    "gelu": ((-0.1002, 0.0, 0.3457), (-0.1275, 0.5, 0.8675)),
-    "silu": ((-0.2736, 0.0, 0.3112), (-0.0413, 0.5, 0.7400)),
-    "softplus": ((0.2014, 0.6931, 0.9741), (0.1824, 0.5, 0.6225)),
-}
 
 
 @dataclass
@@ -171,34 +165,25 @@ def worked_example_values(config: WorkedExampleConfig | None = None) -> dict:
     }
 
 
-def _fmt(values) -> str:
-    if isinstance(values, (list, tuple)):
-        return "(" + ", ".join(_fmt(v) for v in values) + ")"
-    value = float(values) + 0.0  # no "-0.0000"
-    if value != 0 and (abs(value) < 1e-3 or abs(value) >= 1e5):
-        return f"{value:.4e}"
-    return f"{value:.4f}"
-
-
 def format_worked_example(values: dict) -> str:
     """Every value of :func:`worked_example_values` as readable text."""
     lines = ["Two linear layers are one"]
     for key, value in values["linear_collapse"].items():
-        lines.append(f"  {key}: {_fmt(value)}")
+        lines.append(f"  {key}: {fmt_values(value)}")
     lines.append("The eight activations at z = -1.5, 0, 0.5")
     for spec, entry in values["activations"].items():
-        lines.append(f"  {spec}: values {_fmt(entry['values'])}; slopes {_fmt(entry['slopes'])}")
+        lines.append(f"  {spec}: values {fmt_values(entry['values'])}; slopes {fmt_values(entry['slopes'])}")
     for key, title in (("chain_sigmoid", "sigmoid"), ("chain_relu", "ReLU"),
                        ("chain_relu_dead", "ReLU, second bias -2")):
         entry = values[key]
         lines.append(f"The error through a chain of four units ({title})")
         for name in ("net_inputs", "activations", "slopes", "errors", "weight_gradients"):
-            lines.append(f"  {name} (layer 1..4): {_fmt(entry[name])}")
-        lines.append(f"  cost: {_fmt(entry['cost'])}; first-layer error / output error: "
-                     f"{_fmt(entry['first_over_output_error'])}")
+            lines.append(f"  {name} (layer 1..4): {fmt_values(entry[name])}")
+        lines.append(f"  cost: {fmt_values(entry['cost'])}; first-layer error / output error: "
+                     f"{fmt_values(entry['first_over_output_error'])}")
     lines.append("Initial scales of one layer")
     for scheme, entry in values["initial_scales"].items():
-        lines.append(f"  {scheme}: " + ", ".join(f"{k} {_fmt(v)}" for k, v in entry.items()))
+        lines.append(f"  {scheme}: " + ", ".join(f"{k} {fmt_values(v)}" for k, v in entry.items()))
     return "\n".join(lines)
 
 
@@ -239,73 +224,3 @@ class WorkedExampleExperiment(Experiment):
     def claims(self, summary: dict) -> list[Claim]:
         """Every published value of the worked example, to the handbook's four decimals."""
         return worked_example_claims(summary)
-
-
-def _close(measured, published, tol: float = 5e-5) -> bool:
-    return all(abs(a - b) <= tol for a, b in zip(measured, published, strict=True))
-
-
-def worked_example_claims(values: dict) -> list[Claim]:
-    """Compare with the handbook's four-decimal values (tolerance half a unit in the 4th place)."""
-    src = "seed 001, Worked example"
-    out = []
-    lc = values["linear_collapse"]
-    out.append(Claim("collapsed weight (0, -4.5), bias 2.5; outputs -6.5 = -6.5; with ReLU "
-                     "hidden (0, 1.5, 0) and output -1.0",
-                     f"{_fmt(lc['collapsed_weight'])}, {lc['collapsed_bias']:.4f}; "
-                     f"{lc['two_layer_output']:.4f} = {lc['collapsed_output']:.4f}; "
-                     f"{_fmt(lc['relu_hidden_activations'])}, {lc['relu_output']:.4f}",
-                     _close(lc["collapsed_weight"], (0.0, -4.5))
-                     and _close([lc["collapsed_bias"], lc["two_layer_output"], lc["collapsed_output"],
-                                 lc["relu_output"]], (2.5, -6.5, -6.5, -1.0))
-                     and _close(lc["relu_hidden_activations"], (0.0, 1.5, 0.0)), src))
-    for spec, (vals, slopes) in PUBLISHED_ACTIVATIONS.items():
-        entry = values["activations"][spec]
-        out.append(Claim(f"{spec} at -1.5, 0, 0.5: values {vals}, slopes {slopes}",
-                         f"{_fmt(entry['values'])}; {_fmt(entry['slopes'])}",
-                         _close(entry["values"], vals) and _close(entry["slopes"], slopes), src))
-    sig = values["chain_sigmoid"]
-    out.append(Claim("sigmoid chain: net inputs (1.0000, 0.5966, 0.8739, 0.4111), errors "
-                     "(-0.0198, -0.0672, -0.2447, -0.5889), weight gradients (-0.0198, -0.0492, "
-                     "-0.1578, -0.4155), cost 0.1734, first/output error 0.0337",
-                     f"{_fmt(sig['net_inputs'])}, {_fmt(sig['errors'])}, "
-                     f"{_fmt(sig['weight_gradients'])}, {sig['cost']:.4f}, "
-                     f"{sig['first_over_output_error']:.4f}",
-                     _close(sig["net_inputs"], (1.0, 0.5966, 0.8739, 0.4111))
-                     and _close(sig["errors"], (-0.0198, -0.0672, -0.2447, -0.5889))
-                     and _close(sig["weight_gradients"], (-0.0198, -0.0492, -0.1578, -0.4155))
-                     and _close([sig["cost"], sig["first_over_output_error"]], (0.1734, 0.0337)),
-                     src))
-    relu = values["chain_relu"]
-    out.append(Claim("ReLU chain: net inputs (1.0, 1.0, 1.3, 1.6), errors (2.16, 1.44, 1.2, "
-                     "0.6), weight gradients (2.16, 1.44, 1.2, 0.78), cost 0.18",
-                     f"{_fmt(relu['net_inputs'])}, {_fmt(relu['errors'])}, "
-                     f"{_fmt(relu['weight_gradients'])}, {relu['cost']:.4f}",
-                     _close(relu["net_inputs"], (1.0, 1.0, 1.3, 1.6))
-                     and _close(relu["errors"], (2.16, 1.44, 1.2, 0.6))
-                     and _close(relu["weight_gradients"], (2.16, 1.44, 1.2, 0.78))
-                     and _close([relu["cost"]], (0.18,)), src))
-    dead = values["chain_relu_dead"]
-    zero_grads = sum(1 for g in dead["weight_gradients"] if g == 0.0)
-    out.append(Claim("ReLU chain with b2 = -2: output -0.8, cost 1.62, errors (0, 0, -3.6, -1.8); "
-                     "w1, w2, w3 get zero gradient",
-                     f"output {dead['net_inputs'][-1]:.4f}, cost {dead['cost']:.4f}, errors "
-                     f"{_fmt(dead['errors'])}, {zero_grads} zero weight gradients",
-                     _close([dead["net_inputs"][-1], dead["cost"]], (-0.8, 1.62))
-                     and _close(dead["errors"], (0.0, 0.0, -3.6, -1.8)) and zero_grads == 3, src))
-    sc = values["initial_scales"]
-    published = {"xavier": (0.005, 0.0707, 0.1225, 1.5, 0.75, 0.5),
-                 "he": (2 / 300, 0.0816, 0.1414, 2.0, 1.0, 1.0),
-                 "torch-default": (1 / 900, 1 / 30, 0.0577, 1 / 3, 1 / 6, 1 / 6)}
-    for scheme, pub in published.items():
-        e = sc[scheme]
-        got = (e["variance"], e["std"], e["uniform_bound"], e["net_input_variance"],
-               e["relu_second_moment"], e["square_relu_layer_factor"])
-        out.append(Claim(f"{scheme} for 300 -> 100: variance, std, uniform bound, net-input "
-                         f"variance, ReLU second moment, square-stack factor = {_fmt(pub)}",
-                         _fmt(got), _close(got, pub), src))
-    tens = [sc[s]["std_after_10_layers"] for s in ("he", "xavier", "torch-default")]
-    out.append(Claim("after ten square ReLU layers the std factor is 1, 1/32 and 1.28e-4",
-                     _fmt(tens), _close(tens[:2], (1.0, 0.03125), 1e-12)
-                     and abs(tens[2] / 1.28e-4 - 1) < 0.005, src))
-    return out

@@ -6,6 +6,7 @@ Both take the DataFrames the probe returns (:meth:`~actlab.probe.probe.Probe.tab
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from typing import Any
 
@@ -16,13 +17,9 @@ import pandas as pd
 def _axes(ax: Any) -> Any:
     if ax is not None:
         return ax
-    import matplotlib
+    from actlab.plotting import pyplot
 
-    if matplotlib.get_backend().lower() not in ("agg", "pdf", "svg", "ps", "cairo"):
-        matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt.subplots(figsize=(6, 3.5))[1]
+    return pyplot().subplots(figsize=(6, 3.5))[1]
 
 
 def plot_metric(df: pd.DataFrame, metric: str, *, layers: Iterable[str] | None = None,
@@ -71,4 +68,26 @@ def plot_histogram_strip(hist: pd.DataFrame, layer: str, *, kind: str = "post",
     ax.set_title(layer, fontsize=9)
     ax.figure.colorbar(mesh, ax=ax, label="log10 share" if log else "share")
     ax.figure.tight_layout()
+    return ax
+
+
+def _natural_key(label: str) -> tuple:
+    """Sort key putting ``layer2`` before ``layer10``."""
+    return tuple(int(p) if p.isdigit() else p for p in re.split(r"(\d+)", str(label)))
+
+
+def plot_layer_means(ax: Any, rows: pd.DataFrame, metric: str, *, relative: bool = False) -> Any:
+    """One line per layer of ``metric``'s mean over seeds against step, on ``ax``.
+
+    ``rows`` are tidy-table rows (``seed, step, layer, metric, value``); with ``relative``
+    each line shows the change from its first logged value. Layers are drawn in natural
+    order (``layer2`` before ``layer10``) and labelled; returns ``ax``.
+    """
+    means = rows[rows["metric"] == metric].groupby(["layer", "step"])["value"].mean()
+    for layer in sorted(means.index.get_level_values(0).unique(), key=_natural_key):
+        series = means.loc[layer]
+        if relative:
+            series = series - series.iloc[0]
+        ax.plot(series.index, series.values, label=layer)
+    ax.tick_params(labelsize=7)
     return ax

@@ -56,13 +56,29 @@ class UnitResult:
 class Claim:
     """One row of the headline table: a claim of the seeds, what we measured, whether it held.
 
-    ``held`` is ``None`` when the measurement cannot decide (e.g. too few seeds).
+    ``claim``, ``measured`` and ``source`` are text for people. ``id`` addresses the claim
+    across runs (``experiment/condition/slug``), ``value`` is the number measured (``None``
+    when it cannot be measured), judged by ``comparison`` against ``threshold`` (and, for
+    ``"within"``, ``reference``); see :mod:`actlab.runner.claims`. ``held`` is ``None`` when
+    the measurement cannot decide (e.g. too few seeds).
     """
 
     claim: str
     measured: str
     held: bool | None
     source: str = ""
+    id: str = ""
+    value: float | None = None
+    comparison: str = ""
+    threshold: float | None = None
+    reference: float | None = None
+
+    def __post_init__(self) -> None:
+        self.held = None if self.held is None else bool(self.held)
+        for name in ("value", "threshold", "reference"):
+            number = getattr(self, name)
+            if number is not None:
+                setattr(self, name, float(number))
 
 
 @dataclass
@@ -87,8 +103,9 @@ class RunContext:
 
     def save_figure(self, fig: Any, name: str) -> Path:
         """Save a matplotlib figure as ``figures/<name>.png`` and close it."""
-        import matplotlib.pyplot as plt
+        from actlab.plotting import pyplot
 
+        plt = pyplot()
         self.figures_dir.mkdir(parents=True, exist_ok=True)
         path = self.figures_dir / f"{name}.png"
         fig.savefig(path, dpi=110, bbox_inches="tight")

@@ -56,6 +56,23 @@ def held_text(held: Any) -> str:
     return {True: "yes", False: "no"}.get(held, "undecided")
 
 
+def judged_text(claim: dict[str, Any]) -> str:
+    """A claim's value and how it is judged, e.g. ``0.0123 < 0.0456`` (``""`` without a value)."""
+    value = claim.get("value")
+    if value is None:
+        return ""
+    text, comparison = format_value(float(value)), claim.get("comparison", "")
+    threshold, reference = claim.get("threshold"), claim.get("reference")
+    if comparison == "within" and threshold is not None and reference is not None:
+        return f"{text} within {format_value(float(threshold))} of {format_value(float(reference))}"
+    if comparison == "within-factor" and threshold is not None and reference is not None:
+        return (f"{text} within {format_value(float(threshold))}x of "
+                f"{format_value(float(reference))}")
+    if comparison in ("<", "<=", ">", ">=") and threshold is not None:
+        return f"{text} {comparison} {format_value(float(threshold))}"
+    return text
+
+
 def _held_class(held: Any) -> str:
     return {True: "good", False: "bad"}.get(held, "undecided")
 
@@ -75,7 +92,8 @@ def _key_value_table(mapping: dict[str, Any]) -> str:
 
 
 def _claims_table(claims: list[dict[str, Any]], with_experiment: bool = False) -> str:
-    headers = (["experiment"] if with_experiment else []) + ["claim", "measured", "held", "source"]
+    headers = (["experiment"] if with_experiment else []) + ["id", "claim", "measured", "value",
+                                                             "held", "source"]
     if any(c.get("point") for c in claims):
         headers.insert(1 if with_experiment else 0, "grid point")
     rows = []
@@ -89,8 +107,10 @@ def _claims_table(claims: list[dict[str, Any]], with_experiment: bool = False) -
             cells.append(_e(claim.get("point", "")))
         held = claim.get("held")
         cells += [
+            _e(claim.get("id", "")),
             _e(claim.get("claim", "")),
             _e(claim.get("measured", "")),
+            _e(judged_text(claim)),
             f'<span class="{_held_class(held)}">{held_text(held)}</span>',
             _e(claim.get("source", "")),
         ]
