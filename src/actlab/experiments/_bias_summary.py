@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from actlab import analysis
+from actlab.experiments._bias_config import BiasComponentConfig
 from actlab.experiments._bias_train import PARTS
 from actlab.runner.experiment import RunContext
-
-if TYPE_CHECKING:
-    from actlab.experiments.bias_component import BiasComponentConfig
 
 PREFIX = "ae"
 CONDITIONS = ("unshifted", "shifted")

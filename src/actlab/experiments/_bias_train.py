@@ -3,21 +3,19 @@
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import torch
 from torch import Tensor
 
 from actlab import analysis
+from actlab.experiments._bias_config import BiasComponentConfig
 from actlab.runner.experiment import STATUS_DIVERGED, UnitResult
 from actlab.train.callbacks import EvalLog, LossLog
 from actlab.train.losses import half_sse_to_mse_mean
 from actlab.train.settings import settings_from
 from actlab.train.supervised import train
-
-if TYPE_CHECKING:
-    from actlab.experiments.bias_component import BiasComponentConfig
 
 PARTS = ("full", "bias", "dev")
 

@@ -8,18 +8,16 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from actlab.analysis import at_step, change_per_layer, finite_or_none, layer_number, mean_value
+from actlab.experiments._drift_config import DriftConfig
 from actlab.plotting import pyplot
 from actlab.probe.plots import plot_layer_means
 from actlab.runner.experiment import RunContext
-
-if TYPE_CHECKING:
-    from actlab.experiments.drift import DriftConfig
 
 
 @dataclass(frozen=True)

@@ -1,15 +1,14 @@
 """``accumulation-stop``: training speed with LayerNorm, BatchNorm, Percentile Centering, and
 Percentile Centering frozen after warm-up (seed 003 §7, App. B.4).
 
-Each model trains on digits with each norm; Percentile Centering computes its percentile
-and variance every step (``percentile``) or only for ``warmup`` steps, after which
-Accumulation Stop freezes the running statistics (``percentile-frozen``). Throughput is
-training steps per second after the warm-up, measured as this thread's CPU time on one
-thread (robust to other processes on a shared machine) with the median over blocks of steps
-that ``benchmarks/percentile.py`` uses, and reported as a ratio to LayerNorm with its noise
-(a ratio within its noise of 1.0 leaves the speed claim undecided); test accuracy after training sits beside it. The seed measured whole-model
-GPU throughput (DiT-S/2, MaxViT-T): up to 28% slower while computing percentiles, and
-1.00-1.34x the baseline once frozen, with quality within 2% of the baseline.
+Each model trains on digits with each norm; Percentile Centering computes its statistics
+every step (``percentile``) or only for ``warmup`` steps, after which Accumulation Stop freezes
+them (``percentile-frozen``). Throughput after warm-up is steps per second of this thread's CPU
+time (robust to a shared machine), the median over blocks of steps as in
+``benchmarks/percentile.py``, reported as a ratio to LayerNorm with its noise (within the noise
+of 1.0 the speed claim is undecided), with test accuracy beside it. The seed measured GPU
+throughput (DiT-S/2, MaxViT-T): up to 28% slower while computing percentiles, 1.00-1.34x the
+baseline once frozen, quality within 2%.
 """
 
 from __future__ import annotations
@@ -51,12 +50,8 @@ BLOCK = 5  # steps per timed block, as benchmarks/percentile.py's inner loop
 
 
 def throughput(step_times: np.ndarray) -> tuple[float, float]:
-    """Steps/s and its relative noise from per-step thread CPU times.
-
-    As ``benchmarks/percentile.py`` times: the median over blocks of ``BLOCK`` consecutive
-    steps of their mean time. The noise is half the relative difference between the rates
-    of the first and the second half of the blocks (how much the clock drifts in a run).
-    """
+    """Steps/s (median over blocks of ``BLOCK`` steps, as ``benchmarks/percentile.py``) and its
+    relative noise: half the relative difference between the two halves' rates."""
     usable = len(step_times) // BLOCK * BLOCK
     blocks = step_times[:usable].reshape(-1, BLOCK).mean(1) if usable >= 2 * BLOCK else step_times
     rate = 1.0 / float(np.median(blocks))

@@ -7,10 +7,9 @@ set, eval mode), test loss and test accuracy, and, on the test images, the mean 
 residual stream after every block (``hidden_mean``, the statistic of §2.2) and the mean
 post-activation output of every MLP (``act_mean``).
 
-Residuals are paired per seed, ``shifted - unshifted`` (Fig. 6). The overshoot of a
-hidden-state trajectory is its largest deviation from its final value (the definition the
-teacher-student experiments use), measured after the last block; ``overshoot_per_block``
-lists every block.
+Residuals are paired per seed, ``shifted - unshifted`` (Fig. 6). The overshoot of a hidden
+state is its largest deviation from its final value (as in teacher-student), after the last
+block; ``overshoot_per_block`` lists every block.
 
 ``summary.json``: ``test_acc_unshifted``, ``test_acc_shifted``, ``test_loss_residual_final``,
 ``train_loss_residual_final``, ``acc_residual_final``, ``overshoot_unshifted``,
