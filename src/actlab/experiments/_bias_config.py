@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from actlab.errors import ConfigError
+from actlab.experiments._common import check_activation_specs
 from actlab.train.optim import OPTIMIZERS
 
 
@@ -56,13 +57,8 @@ class BiasComponentConfig:
         if self.optimizer not in OPTIMIZERS:
             raise ConfigError("optimizer", f"must be one of {', '.join(OPTIMIZERS)}, "
                               f"got {self.optimizer!r}")
-        import actlab
-
         for name in ("unshifted", "shifted"):
-            try:
-                actlab.activation(getattr(self, name))
-            except ValueError as exc:
-                raise ConfigError(name, str(exc)) from None
+            check_activation_specs([getattr(self, name)], field=name)
         if self.data_dir is not None:
             from actlab.data.cifar import find_cifar10
 

@@ -27,6 +27,7 @@ import torch
 
 from actlab import analysis
 from actlab.errors import ConfigError
+from actlab.experiments._common import check_activation_specs
 from actlab.experiments._vit_shift_report import PREFIX, vit_shift_claims, vit_shift_figures
 from actlab.runner.experiment import (
     STATUS_DIVERGED,
@@ -80,13 +81,8 @@ class ViTShiftConfig:
         if self.optimizer not in OPTIMIZERS:
             raise ConfigError("optimizer", f"must be one of {', '.join(OPTIMIZERS)}, "
                               f"got {self.optimizer!r}")
-        import actlab
-
         for name in ("unshifted", "shifted"):
-            try:
-                actlab.activation(getattr(self, name))
-            except ValueError as exc:
-                raise ConfigError(name, str(exc)) from None
+            check_activation_specs([getattr(self, name)], field=name)
 
 
 @torch.no_grad()

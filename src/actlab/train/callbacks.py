@@ -85,6 +85,28 @@ def fire(callbacks: Sequence[Callback], hook: str, trainer: Any, step: int,
     return next((c.stop_reason for c in callbacks if c.stop_reason), None)
 
 
+class EveryStep(Callback):
+    """A plain ``fn(step, loss)`` called after every update with the loss as a Python float
+    (a host synchronisation each step: for simple hooks, not for fast paths).
+
+    ``step`` counts updates from 1; ``zero_based=True`` passes the 0-based index of the update
+    just done instead (what loops written as ``for step in range(steps)`` expect).
+    """
+
+    def __init__(self, fn: Callable[[int, float], None], zero_based: bool = False) -> None:
+        super().__init__(every=1)
+        self.fn = fn
+        self.offset = 1 if zero_based else 0
+
+    def fires(self, step: int) -> bool:
+        """Every update (not the state before training)."""
+        return step > 0
+
+    def on_step(self, trainer: Any, step: int, loss: Tensor | None) -> None:
+        """Call the function."""
+        self.fn(step - self.offset, float(loss))
+
+
 class EvalLog(Callback):
     """Record ``measure(trainer) -> {name: value}`` at its schedule in :attr:`rows`."""
 

@@ -43,7 +43,7 @@ import torch
 from torch import Tensor, nn
 
 from actlab.errors import ConfigError
-from actlab.train.callbacks import Callback, DivergenceStop, fire
+from actlab.train.callbacks import Callback, DivergenceStop, EveryStep, fire
 from actlab.train.distributed import DistInfo, all_reduce_mean, shard, unwrap_model
 from actlab.train.optim import optimizer_for
 from actlab.train.settings import DTYPES, SCHEDULES, TrainSettings, choose  # noqa: F401
@@ -205,7 +205,7 @@ class Trainer:
         if not any(isinstance(c, DivergenceStop) for c in self.callbacks):
             self.callbacks.insert(0, DivergenceStop())
         if on_step is not None:
-            self.callbacks.append(_OnStep(on_step))
+            self.callbacks.append(EveryStep(on_step))
         for callback in self.callbacks:
             callback.rank = self.dist.rank
         self.progress = progress or (lambda it, **_: it)
@@ -336,22 +336,6 @@ class Trainer:
 
 def _report_dtype(loss: Tensor) -> torch.dtype:
     return torch.float64 if loss.dtype == torch.float64 else torch.float32
-
-
-class _OnStep(Callback):
-    """A plain ``on_step(step, loss)`` function as a callback firing after every update."""
-
-    def __init__(self, fn: Callable[[int, float], None]) -> None:
-        super().__init__(every=1)
-        self.fn = fn
-
-    def fires(self, step: int) -> bool:
-        """Every update (not the state before training)."""
-        return step > 0
-
-    def on_step(self, trainer: Any, step: int, loss: Tensor | None) -> None:
-        """Call the function with the loss as a Python float."""
-        self.fn(step, float(loss))
 
 
 def save_checkpoint(path: str | os.PathLike, model: nn.Module,

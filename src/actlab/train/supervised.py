@@ -20,7 +20,7 @@ import torch
 from torch import Tensor, nn
 
 from actlab.data.sampling import EpochBatches
-from actlab.train.callbacks import Callback, LossHistory
+from actlab.train.callbacks import Callback, EveryStep, LossHistory
 from actlab.train.loop import STATUS_DIVERGED, STATUS_OK, Trainer, TrainResult
 from actlab.train.losses import canonical_loss, get_loss
 from actlab.train.settings import TrainSettings
@@ -68,7 +68,7 @@ def train(model: nn.Module, x: Tensor, y: Tensor, settings: TrainSettings, *,
         return x[idx], y[idx]
 
     history = LossHistory()
-    extra = [] if on_step is None else [_ZeroBased(on_step)]
+    extra = [] if on_step is None else [EveryStep(on_step, zero_based=True)]
     was_training = model.training
     try:
         trainer = Trainer(model, config, batch, loss_fn=lambda m, b: criterion(m(b[0]), b[1]),
@@ -80,22 +80,6 @@ def train(model: nn.Module, x: Tensor, y: Tensor, settings: TrainSettings, *,
     if result.status != STATUS_OK:
         result.losses.append(result.history[-1]["train_loss"])
     return result
-
-
-class _ZeroBased(Callback):
-    """``on_step(step, loss)`` with the 0-based index of the update just done."""
-
-    def __init__(self, fn: Callable[[int, float], None]) -> None:
-        super().__init__(every=1)
-        self.fn = fn
-
-    def fires(self, step: int) -> bool:
-        """Every update."""
-        return step > 0
-
-    def on_step(self, trainer: object, step: int, loss: Tensor | None) -> None:
-        """Call the function (a host synchronisation)."""
-        self.fn(step - 1, float(loss))
 
 
 @torch.no_grad()
