@@ -15,6 +15,7 @@ import torch
 from torch import Tensor
 
 from actlab.activations import native
+from actlab.activations.base import functorch_transforms_active
 from actlab.activations.shift import feature_dim
 
 
@@ -38,7 +39,7 @@ def topk_sparsify(y: Tensor, fraction: float) -> Tensor:
     k = kept_count(fraction, y.shape[dim])
     if k == y.shape[dim]:
         return y
-    if torch._C._are_functorch_transforms_active():
+    if functorch_transforms_active():
         return _topk_scatter(y, k, dim)  # data-independent ops only, as torch.func needs
     if dim in (-1, y.dim() - 1) and native.selection_usable(y):
         return _NativeTopK.apply(y, k)
@@ -67,11 +68,7 @@ def _kth_largest(y: Tensor, k: int, dim: int) -> tuple[Tensor, Tensor]:
         spill = (part[..., :n - k].max(axis=-1, keepdims=True) == kth) | np.isnan(kth)
         return (torch.from_numpy(kth).movedim(-1, dim),
                 torch.from_numpy(spill).movedim(-1, dim))
-    if y.device.type == "cuda":
-        # radix-select top-k; not measured against kthvalue here (no GPU at hand)
-        kth = torch.topk(y, k, dim=dim, sorted=False).values.amin(dim, keepdim=True)
-    else:
-        kth = y.kthvalue(n - k + 1, dim=dim, keepdim=True).values
+    kth = y.kthvalue(n - k + 1, dim=dim, keepdim=True).values
     return kth, (y < kth).sum(dim, keepdim=True) < n - k
 
 
@@ -79,8 +76,13 @@ def _dropped_by_threshold(y: Tensor, k: int, dim: int) -> Tensor:
     """Mask of the entries Top-K zeroes: those below the k-th largest value of their row.
 
     Rows where ties at that value (or NaNs) would keep more than ``k`` entries take their
-    mask from ``torch.topk`` instead, so exactly ``k`` are kept.
+    mask from ``torch.topk`` instead, so exactly ``k`` are kept. Off the CPU the mask comes
+    from ``torch.topk`` directly: checking for ties would read a flag back to the host on
+    every call.
     """
+    if y.device.type != "cpu":
+        indices = torch.topk(y, k, dim=dim, sorted=False).indices
+        return torch.ones_like(y, dtype=torch.bool).scatter_(dim, indices, False)
     threshold, excess = _kth_largest(y, k, dim)
     dropped = y < threshold  # False for NaN, which counts as largest
     if bool(excess.any()):  # ties at the threshold, or a NaN threshold: rare

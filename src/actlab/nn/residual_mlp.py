@@ -118,11 +118,13 @@ class ResidualMLP(nn.Module):
 
         This is how paired students are built: the shifted student is the unshifted one
         with ``relu`` swapped for ``relu:shift=theory``, so their initial parameters agree
-        exactly. ``self`` is not modified.
+        exactly. ``self`` is not modified. The new activations (and their shift buffers) are
+        created on the device of ``self``'s parameters.
         """
         twin = copy.deepcopy(self)
+        device = next(self.parameters()).device
         for block in twin.blocks:
-            block.act = make_activation(activation)
+            block.act = make_activation(activation).to(device)
         twin.activation_spec = activation if isinstance(activation, str) else repr(activation)
         return twin
 

@@ -279,7 +279,9 @@ class EnsembleTrainer:
         if self.keep_freed_memory:
             keep_freed_memory()
         ens = self.ensemble
-        self.diverged = torch.zeros(len(ens.conditions), ens.num_seeds, dtype=torch.bool)
+        device = next(iter(ens.params[ens.conditions[0]].values())).device
+        self.diverged = torch.zeros(len(ens.conditions), ens.num_seeds, dtype=torch.bool,
+                                    device=device)
         self._leaves = ens.parameters()
         # For each leaf, which condition it belongs to (to freeze diverged members).
         self._leaf_condition = [
