@@ -115,6 +115,6 @@ def test_experiment_module_keeps_the_helper_names() -> None:
     from actlab.experiments import pretrained_profile
 
     for name in ("THRESHOLDS", "default_model_path", "load_hf_model", "mlp_sites",
-                 "transformer_blocks", "encode_each", "mean_pooled", "sentence_embeddings",
-                 "profile"):
+                 "transformer_blocks", "encode_each", "mean_pooled", "sentence_embeddings"):
         assert getattr(pretrained_profile, name) is getattr(hf, name), name
+    assert pretrained_profile.profile is layer_profile  # moved to actlab.profile

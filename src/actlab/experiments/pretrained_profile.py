@@ -44,6 +44,7 @@ from actlab.hf import (  # noqa: F401  (re-exported: these names were public her
 )
 from actlab.plotting import pyplot
 from actlab.profile import layer_profile
+from actlab.profile import layer_profile as profile  # noqa: F401 (the name exported here before)
 from actlab.runner.claims import claim_id
 from actlab.runner.experiment import (
     Claim,
