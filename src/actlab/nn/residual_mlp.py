@@ -162,20 +162,30 @@ class ResidualMLP(nn.Module):
         and ``named_buffers``), as the fused path takes them: per block, in block order,
         ``(LayerNorm weights, LayerNorm biases, up weights, down weights, activation
         offsets)``. ``None`` if one is missing (a custom activation without ``offset``)."""
+        out = []
+        for keys in self._fused_keys():
+            if len(keys) != len(self.blocks) or any(k not in params and k not in buffers
+                                                     for k in keys):
+                return None
+            out.append([params[k] if k in params else buffers[k] for k in keys])
+        return tuple(out)
+
+    def _fused_keys(self) -> list[list[str | None]]:
+        """The names of :meth:`fused_tensors`' groups, found once per block structure (the
+        walk over every named tensor would otherwise run on every training step)."""
+        signature = tuple(id(b.act) for b in self.blocks)
+        cached = self.__dict__.get("_fused_keys_cache")
+        if cached is not None and cached[0] == signature:
+            return cached[1]
         names = {id(t): n for n, t in (*self.named_parameters(), *self.named_buffers())}
         groups = (
             [b.norm.weight for b in self.blocks], [b.norm.bias for b in self.blocks],
             [b.up.weight for b in self.blocks], [b.down.weight for b in self.blocks],
             [getattr(b.act, "offset", None) for b in self.blocks],
         )
-        out = []
-        for group in groups:
-            keys = [names.get(id(t)) for t in group if t is not None]
-            if len(keys) != len(self.blocks) or any(k not in params and k not in buffers
-                                                     for k in keys):
-                return None
-            out.append([params[k] if k in params else buffers[k] for k in keys])
-        return tuple(out)
+        keys = [[names.get(id(t)) for t in group if t is not None] for group in groups]
+        self.__dict__["_fused_keys_cache"] = (signature, keys)
+        return keys
 
     def extra_repr(self) -> str:
         return (
