@@ -78,6 +78,22 @@ def test_shift_of_stacked_members_comes_from_each_members_buffer():
     assert not torch.allclose(stacked[0], stacked[1])
 
 
+@pytest.mark.parametrize("specs", [("relu:shift=0", "relu:shift=theory", "relu:shift=0.5"),
+                                   ("relu", "relu", "relu")])
+def test_ensemble_members_each_get_their_own_shift(specs):
+    # The ensemble's skeleton is member 0; whether or not it is shifted itself, every
+    # member's output is its own eager output (the skeleton skips the subtraction only
+    # when no member has a shift).
+    from actlab.train.ensemble import Ensemble
+
+    models = [ResidualMLP(3, 5, 2, activation=a, generator=torch.Generator().manual_seed(i))
+              for i, a in enumerate(specs)]
+    x = torch.randn(3, 7, 3)
+    out = Ensemble(models).call(x)["default"]
+    for i, model in enumerate(models):
+        torch.testing.assert_close(out[i], model(x[i]), rtol=1e-6, atol=1e-6)
+
+
 def test_residual_mlp_hands_the_fused_path_its_tensors():
     model = ResidualMLP(3, 5, 2, activation="gelu:shift=theory")
     params = dict(model.named_parameters())

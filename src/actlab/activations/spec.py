@@ -15,7 +15,7 @@ uses the Gaussian mean at pre-activation variance ``q``, default 1/3), ``adaptiv
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -574,6 +574,7 @@ class SpecActivation(Activation):
         self.register_buffer("offset", torch.tensor(shift, dtype=torch.float64),
                              persistent=False)
         self._shifted = shift != 0.0  # eager paths skip the subtraction of a zero shift
+        self._members_shifted = True  # torch.func paths subtract it (see for_members)
         self.topk: float | None = parsed.options.get("topk")
         adaptive = "adaptive" in parsed.flags
         self.center = (
@@ -633,6 +634,7 @@ class SpecActivation(Activation):
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         old_shift = state.pop("shift", None)  # modules pickled when the shift was a float
+        state.setdefault("_members_shifted", True)
         super().__setstate__(state)
         if "offset" not in self._buffers:
             shift = float(old_shift or 0.0)
@@ -658,16 +660,23 @@ class SpecActivation(Activation):
                 y = self.center(y, inplace=self._inplace_ok or self._shifted)
         return topk_sparsify(y, self.topk) if self.topk is not None else y
 
-    def _forward_out_of_place(self, x: Tensor) -> Tensor:
-        """The same function with plain out-of-place ops, so torch.func can transform it.
+    def for_members(self, members: Sequence[nn.Module]) -> None:
+        """Serve as the shared skeleton of ``members`` in a vmapped ensemble.
 
-        The shift is always subtracted here (zero or not): in a vmapped ensemble the members
-        share this module's code but each brings its own ``offset``.
+        Under torch.func the members share this module's code but each brings its own
+        ``offset``, so the shift is subtracted whatever this module's own value; when no
+        member has a shift, the skeleton may skip it (as eager does). Called by
+        :class:`~actlab.train.ensemble.Ensemble` on its template.
         """
+        self._members_shifted = any(getattr(m, "_shifted", True) for m in members)
+
+    def _forward_out_of_place(self, x: Tensor) -> Tensor:
+        """The same function with plain out-of-place ops, so torch.func can transform it."""
         y = self._plain_fn(x)
         if self.clip is not None:
             y = torch.clamp_max(y, self.clip)
-        y = y - self.offset
+        if self._members_shifted:
+            y = y - self.offset
         if self.center is not None:
             y = self.center(y, inplace=False)
         if self.topk is not None:

@@ -70,6 +70,21 @@ def _data_dim(value: Any, mode: InputMode, condition: str) -> tuple[Any, int | N
     return value, (None if mode == "shared" else 0)
 
 
+def _template_for(group: Sequence[nn.Module]) -> nn.Module:
+    """A storage-free ("meta") skeleton of ``group[0]`` that serves every member of ``group``.
+
+    A submodule that makes static choices per instance (e.g. an activation skipping the
+    subtraction of a zero shift) may define ``for_members(modules)``; it is called with the
+    members' submodules at the same path, so the skeleton's choice is valid for all of them.
+    """
+    template = copy.deepcopy(group[0]).to("meta")
+    for path, module in template.named_modules():
+        merge = getattr(module, "for_members", None)
+        if callable(merge):
+            merge([member.get_submodule(path) for member in group])
+    return template
+
+
 class Ensemble:
     """Conditions x seeds of one architecture with parameters stacked per condition.
 
@@ -110,7 +125,7 @@ class Ensemble:
             self.buffers[name] = {k: v.detach() for k, v in buffers.items()}
             self._prototypes[name] = copy.deepcopy(group[0])
             # A stateless skeleton to call with the stacked tensors; "meta" holds no storage.
-            self._templates[name] = copy.deepcopy(group[0]).to("meta")
+            self._templates[name] = _template_for(group)
 
     # ----------------------------------------------------------------- access
     @property
