@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import json
 import re
 import shutil
@@ -244,3 +245,24 @@ def test_index_renders_headless_with_thumbnails_loaded_and_a_screenshot(reproduc
         assert image.size == (1280, 900)
         # the first screen is not blank: the overview's thumbnails and text draw on it
         assert len(set(image.convert("L").getdata())) > 20
+
+
+@pytest.mark.skipif(_chromium() is None, reason="Chromium is not installed")
+def test_index_and_report_show_the_reference_column_rendered(tmp_path):
+    # A run of a real experiment: every claim row carries its reference value and verdict,
+    # and the overview its reference count, as a browser renders them.
+    from actlab.runner.references import reference_summary, reference_text
+    from actlab.runner.report import write_index
+
+    results = Path(__file__).resolve().parents[1] / "docs" / "results" / "signal"
+    claims = json.loads((results / "claims.json").read_text())
+    entries = [{"experiment": "signal", "description": "", "report": None, "status": "ok",
+                "claims": claims}]
+    index = write_index(tmp_path, entries, "quick")
+    dom = subprocess.run([_chromium(), "--headless", "--disable-gpu", "--no-sandbox",
+                          "--dump-dom", index.as_uri()],
+                         capture_output=True, text=True, timeout=60, check=True).stdout
+    assert "at reference scale" in dom
+    assert html.escape(reference_summary("signal")) in dom
+    for claim in claims:
+        assert html.escape(reference_text(claim["id"])) in dom

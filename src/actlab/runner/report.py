@@ -14,6 +14,7 @@ from urllib.parse import quote
 
 from actlab.runner.atomic import atomic_write_text, read_json
 from actlab.runner.execute import error_headline
+from actlab.runner.references import reference_held, reference_summary, reference_text
 from actlab.runner.sinks import flatten
 
 MAX_FINAL_ROWS = 300
@@ -93,7 +94,8 @@ def _key_value_table(mapping: dict[str, Any]) -> str:
 
 def _claims_table(claims: list[dict[str, Any]], with_experiment: bool = False) -> str:
     headers = (["experiment"] if with_experiment else []) + ["id", "claim", "measured", "value",
-                                                             "held", "source"]
+                                                             "held", "at reference scale",
+                                                             "source"]
     if any(c.get("point") for c in claims):
         headers.insert(1 if with_experiment else 0, "grid point")
     rows = []
@@ -105,13 +107,15 @@ def _claims_table(claims: list[dict[str, Any]], with_experiment: bool = False) -
             cells.append(f'<a href="{_href(link)}">{name}</a>' if link else name)
         if "grid point" in headers:
             cells.append(_e(claim.get("point", "")))
-        held = claim.get("held")
+        held, claim_id = claim.get("held"), str(claim.get("id", ""))
         cells += [
             _e(claim.get("id", "")),
             _e(claim.get("claim", "")),
             _e(claim.get("measured", "")),
             _e(judged_text(claim)),
             f'<span class="{_held_class(held)}">{held_text(held)}</span>',
+            f'<span class="{_held_class(reference_held(claim_id))}">'
+            f'{_e(reference_text(claim_id))}</span>',
             _e(claim.get("source", "")),
         ]
         rows.append(cells)
@@ -304,6 +308,7 @@ def _overview_row(out_dir: Path, entry: dict[str, Any]) -> list[str]:
     problems = "<br>".join(_e(p) for p in entry.get("problems", []))
     description = _e(entry.get("description", ""))
     return [f"<b>{link}</b><br>{description}", thumb, *counts,
+            _e(reference_summary(entry["experiment"])),
             f'<span class="{css}">{_e(state)}</span>', problems]
 
 
@@ -325,8 +330,8 @@ def write_index(out_dir: str | Path, entries: list[dict[str, Any]], scale: str) 
                  f"{held.count(False)}, undecided {held.count(None)}.</p>")
     if failed:
         parts.append('<p class="bad">Failed: ' + ", ".join(_e(e["experiment"]) for e in failed) + "</p>")
-    overview = _table(["experiment", "headline figure", "held", "not held", "undecided", "status",
-                       "problems"], [_overview_row(out_dir, e) for e in entries], raw=True)
+    overview = _table(["experiment", "headline figure", "held", "not held", "undecided",
+                       "at reference scale", "status", "problems"], [_overview_row(out_dir, e) for e in entries], raw=True)
     parts += ["<h2>Overview</h2>", overview.replace("<table>", '<table class="overview">', 1)]
     parts += ["<h2>Claims</h2>",
               _claims_table(all_claims, with_experiment=True) if all_claims else "<p>No claims.</p>"]

@@ -1,0 +1,80 @@
+"""Reference results: each experiment's claims as measured at its reference scale.
+
+A quick run is a smoke test; whether a seed's finding holds is decided at scale. The
+reference runs live in the repository under ``docs/results/<experiment>/`` (summary,
+claims, config, env with commit, machine and wall time, figures); their claim values are
+collected into ``references.json`` next to this module (by ``tools/collect_references.py``)
+so that an installed actlab can show, next to every claim of a run, the reference value and
+whether it held there.
+
+An experiment's entry is ``{"status": ..., "scale": ..., "commit": ..., "wall_s": ...,
+"note": ..., "claims": {claim_id: {"value": float|None, "held": bool|None,
+"spread": float|None, "measured": str}}}``. ``status`` is ``"reference"`` for a completed
+run, or ``"pending (...)"`` (e.g. ``"pending (needs GPU)"``) when no reference exists yet,
+with ``note`` saying why.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+REFERENCES_FILE = Path(__file__).with_name("references.json")
+REFERENCE = "reference"
+
+
+@lru_cache(maxsize=1)
+def load_references(path: str | None = None) -> dict[str, dict[str, Any]]:
+    """The reference table, ``{experiment: entry}`` (empty if the file is missing)."""
+    file = Path(path) if path else REFERENCES_FILE
+    if not file.exists():
+        return {}
+    return json.loads(file.read_text())
+
+
+def experiment_of(claim_id: str) -> str:
+    """The experiment part of a claim id (``"signal/relu-he/x"`` -> ``"signal"``)."""
+    return claim_id.split("/", 1)[0]
+
+
+def reference_for(claim_id: str) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """``(experiment entry, claim entry)`` of ``claim_id``; ``({}, None)`` if unknown."""
+    entry = load_references().get(experiment_of(claim_id), {})
+    return entry, entry.get("claims", {}).get(claim_id)
+
+
+def reference_text(claim_id: str) -> str:
+    """One cell of text: the reference value, its spread and whether it held there."""
+    entry, claim = reference_for(claim_id)
+    status = entry.get("status", "")
+    if not entry:
+        return "no reference"
+    if status != REFERENCE:
+        return status
+    if claim is None:
+        return "not in the reference run"
+    value, spread = claim.get("value"), claim.get("spread")
+    text = "" if value is None else f"{value:.4g}"
+    if value is not None and spread:
+        text += f" ± {spread:.2g}"
+    held = {True: "held", False: "not held"}.get(claim.get("held"), "undecided")
+    return f"{text} ({held}, {entry.get('scale', '?')})".strip()
+
+
+def reference_held(claim_id: str) -> bool | None:
+    """Whether the claim held at reference scale (``None``: undecided, pending or unknown)."""
+    _, claim = reference_for(claim_id)
+    return None if claim is None else claim.get("held")
+
+
+def reference_summary(experiment: str) -> str:
+    """One cell for an experiment: ``"14/16 held (default)"`` or its pending status."""
+    entry = load_references().get(experiment)
+    if not entry:
+        return "no reference"
+    if entry.get("status") != REFERENCE:
+        return entry.get("status", "")
+    held = [c.get("held") for c in entry.get("claims", {}).values()]
+    return f"{held.count(True)}/{len(held)} held ({entry.get('scale', '?')})"

@@ -1,0 +1,99 @@
+"""Reference results: every experiment and claim has an entry, and the entries agree with the
+committed runs under docs/results (re-judged by today's claim code)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from actlab.runner.experiment import get_experiment, list_experiments
+from actlab.runner.references import (
+    REFERENCE,
+    load_references,
+    reference_summary,
+    reference_text,
+)
+
+RESULTS = Path(__file__).resolve().parents[1] / "docs" / "results"
+QUICK = json.loads((RESULTS / "quick_claims.json").read_text())["claims"]
+REFERENCES = load_references()
+BUILT_IN = sorted(n for n, c in list_experiments().items()
+                  if c.__module__.startswith("actlab.experiments"))
+COLLECTED = [n for n in BUILT_IN if REFERENCES.get(n, {}).get("status") == REFERENCE]
+
+
+def test_every_registered_experiment_has_an_entry():
+    assert set(BUILT_IN) <= set(REFERENCES)
+    for name in BUILT_IN:
+        status = REFERENCES[name]["status"]
+        assert status == REFERENCE or status.startswith("pending ("), (name, status)
+        if status != REFERENCE:
+            assert REFERENCES[name]["note"], name  # a pending entry says why
+    assert len(COLLECTED) >= 10
+
+
+def test_every_quick_claim_id_has_a_reference_entry():
+    for claim_id in QUICK:
+        experiment = claim_id.split("/", 1)[0]
+        assert experiment in REFERENCES, claim_id
+        if REFERENCES[experiment]["status"] == REFERENCE:
+            assert claim_id in REFERENCES[experiment]["claims"], claim_id
+    # and every experiment's quick claims were collected
+    assert {c.split("/", 1)[0] for c in QUICK} == set(BUILT_IN)
+
+
+@pytest.mark.parametrize("name", COLLECTED)
+def test_reference_verdicts_are_what_todays_claims_say_of_the_committed_summary(name):
+    # A change to an experiment's claims that is not followed by a new reference run (or
+    # `tools/collect_references.py`) fails here.
+    summary = json.loads((RESULTS / name / "summary.json").read_text())
+    config = json.loads((RESULTS / name / "config.json").read_text())
+    assert config["scale"] == "default" and config["experiment"] == name
+    env = json.loads((RESULTS / name / "env.json").read_text())
+    assert env["git"]["commit"] and env["wall_s"] >= 0 and env["cpu_count"] >= 1
+    assert not (RESULTS / name / "metrics.csv").exists()
+    claims = {c.id: c for c in get_experiment(name).claims(summary)}
+    entry = REFERENCES[name]["claims"]
+    assert set(claims) == set(entry)
+    for claim_id, claim in claims.items():
+        assert claim.held == entry[claim_id]["held"], claim_id
+        if claim.value is None:
+            assert entry[claim_id]["value"] is None
+        else:
+            assert math.isclose(claim.value, entry[claim_id]["value"], rel_tol=1e-9), claim_id
+
+
+def test_spread_is_the_standard_deviation_of_the_per_seed_values():
+    checked = 0
+    for name in COLLECTED:
+        per_seed = json.loads((RESULTS / name / "claims_per_seed.json").read_text())
+        for claim_id, values in per_seed.items():
+            if len(values) < 2:
+                continue
+            mean = sum(values) / len(values)
+            std = math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
+            assert REFERENCES[name]["claims"][claim_id]["spread"] == pytest.approx(std)
+            checked += 1
+    assert checked > 0
+
+
+def test_docs_results_stay_within_their_budget():
+    size = sum(p.stat().st_size for p in RESULTS.rglob("*") if p.is_file())
+    assert size <= 15 * 2**20
+
+
+def test_reference_cells_read_as_value_and_verdict():
+    name = COLLECTED[0]
+    claim_id, claim = next(iter(REFERENCES[name]["claims"].items()))
+    text = reference_text(claim_id)
+    assert REFERENCES[name]["scale"] in text
+    assert {True: "(held", False: "(not held"}.get(claim["held"], "(undecided") in text
+    assert reference_text("no-such-experiment/x") == "no reference"
+    pending = [n for n in BUILT_IN if n not in COLLECTED]
+    if pending:
+        assert reference_summary(pending[0]).startswith("pending (")
+    held = sum(c["held"] is True for c in REFERENCES[name]["claims"].values())
+    assert reference_summary(name).startswith(f"{held}/{len(REFERENCES[name]['claims'])} held")

@@ -1,0 +1,189 @@
+"""Collect reference runs into ``docs/results/`` and the package's ``references.json``.
+
+    python tools/collect_references.py --runs RUNS_ROOT [--name reference] [EXPERIMENT ...]
+    python tools/collect_references.py            # only rebuild references.json from docs/results
+
+For each experiment named (default: every one with a run under ``RUNS_ROOT/<exp>/<name>``)
+the run's ``summary.json``, ``claims.json``, ``config.json``, ``env.json`` (with the run's
+wall time added: the sum of its units' times) and figures are copied to
+``docs/results/<exp>/``; ``metrics.*``, units and reports are not kept.
+
+Where the experiment runs one seed per unit and has several seeds, each claim's value is
+also computed from each seed's units alone, with the experiment's own
+``summarize``/``claims``, into ``claims_per_seed.json``.
+
+``references.json`` is then rebuilt from everything under ``docs/results/``: per claim id
+its reference value, verdict and spread over seeds (the sample standard deviation of the
+per-seed values, where there are any).
+Experiments without a reference run are listed as pending with the reason in
+:data:`PENDING`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+
+from actlab.runner.config import build_config  # noqa: E402
+from actlab.runner.experiment import RunContext, get_experiment, list_experiments  # noqa: E402
+from actlab.runner.references import REFERENCE, REFERENCES_FILE  # noqa: E402
+from actlab.runner.rundir import sort_rows, table_frame  # noqa: E402
+
+RESULTS = ROOT / "docs" / "results"
+KEPT_FILES = ("summary.json", "claims.json", "config.json")
+QUICK_CLAIMS = "quick_claims.json"  # every claim of a quick reproduction, by id
+SEED_VALUES = "claims_per_seed.json"  # {claim id: [value of seed 0, seed 1, ...]}
+MAX_TOTAL_BYTES = 15 * 2**20
+
+# Why an experiment has no reference run yet (shown instead of a value).
+PENDING: dict[str, tuple[str, str]] = {}
+# Runs beyond the reference scale that are still to do, per experiment.
+EXTRA_PENDING: dict[str, str] = {
+    "teacher-student": "--full (50, 200, 20), 8 seeds x 4 activations x 8000 steps: pending "
+                       "(needs GPU; about 90 minutes of two CPU cores per the GPU issue's "
+                       "measurement, not run yet)",
+}
+
+
+def copy_run(run_dir: Path, dest: Path) -> None:
+    """Copy one run's kept files and figures to ``dest`` (replacing what was there)."""
+    if dest.exists():
+        shutil.rmtree(dest)
+    (dest / "figures").mkdir(parents=True)
+    for name in KEPT_FILES:
+        shutil.copy2(run_dir / name, dest / name)
+    env = json.loads((run_dir / "env.json").read_text())
+    units = [json.loads(p.read_text()) for p in sorted((run_dir / "units").glob("*.json"))]
+    env["wall_s"] = round(sum(float(u.get("elapsed_s") or 0.0) for u in units), 3)
+    env["wall_s_meaning"] = "sum of the units' run times (one worker)"
+    env.pop("command", None)  # holds this machine's paths
+    (dest / "env.json").write_text(json.dumps(env, indent=1) + "\n")
+    for figure in (run_dir / "figures").rglob("*.png"):
+        target = dest / "figures" / figure.relative_to(run_dir / "figures")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(figure, target)
+    seeds = per_seed_values(dest.name, run_dir, units)
+    (dest / SEED_VALUES).write_text(json.dumps(seeds, indent=1, sort_keys=True) + "\n")
+
+
+def per_seed_values(exp_name: str, run_dir: Path, units: list[dict[str, Any]]
+                    ) -> dict[str, list[float]]:
+    """Each claim's value computed from each seed's units alone (one seed per unit only)."""
+    experiment = get_experiment(exp_name)
+    config_record = json.loads((run_dir / "config.json").read_text())
+    if experiment.seeds_per_unit != 1 or len(config_record["seeds"]) < 2 or config_record["grid"]:
+        return {}
+    config = build_config(type(experiment).Config, config_record["config"])
+    values: dict[str, list[float]] = {}
+    for seed in config_record["seeds"]:
+        mine = [u for u in units if u["seeds"] == [seed]]
+        results = [{k: u[k] for k in ("id", "point", "unit", "seeds", "status", "error", "data")}
+                   for u in mine]
+        with tempfile.TemporaryDirectory() as tmp:
+            ctx = RunContext(out_dir=Path(tmp), figures_dir=Path(tmp))
+            try:
+                summary = experiment.summarize(config, table_frame(sort_rows(mine)), results, ctx)
+                claims = experiment.claims(json.loads(json.dumps(summary, default=float)))
+            except Exception as exc:  # noqa: BLE001 - some summaries need several seeds
+                print(f"  {exp_name}: no per-seed summary ({type(exc).__name__}: {exc})")
+                return {}
+        for claim in claims:
+            if claim.value is not None:
+                values.setdefault(claim.id, []).append(float(claim.value))
+    return values
+
+
+def reference_entry(exp_name: str, dest: Path) -> dict[str, Any]:
+    """The references.json entry of one collected experiment."""
+    config = json.loads((dest / "config.json").read_text())
+    env = json.loads((dest / "env.json").read_text())
+    seed_file = dest / SEED_VALUES
+    seeds = json.loads(seed_file.read_text()) if seed_file.exists() else {}
+    claims = {}
+    for claim in json.loads((dest / "claims.json").read_text()):
+        samples = seeds.get(claim["id"], [])
+        claims[claim["id"]] = {
+            "value": claim.get("value"),
+            "held": claim.get("held"),
+            "spread": statistics.stdev(samples) if len(samples) >= 2 else None,
+            "measured": claim.get("measured", ""),
+        }
+    entry = {"status": REFERENCE, "scale": config["scale"], "seeds": len(config["seeds"]),
+             "commit": env.get("git", {}).get("commit"), "wall_s": env.get("wall_s"),
+             "machine": f"{env.get('cpu_count')} CPU cores, {env.get('device')}",
+             "claims": claims}
+    if exp_name in EXTRA_PENDING:
+        entry["note"] = EXTRA_PENDING[exp_name]
+    return entry
+
+
+def rebuild_references() -> dict[str, Any]:
+    """Write references.json from docs/results (every registered experiment gets an entry)."""
+    table: dict[str, Any] = {}
+    for name in sorted(list_experiments()):
+        dest = RESULTS / name
+        if (dest / "claims.json").exists():
+            table[name] = reference_entry(name, dest)
+        else:
+            status, note = PENDING.get(name, ("pending (not run yet)",
+                                              "no reference run has been committed"))
+            table[name] = {"status": status, "note": note, "claims": {}}
+    REFERENCES_FILE.write_text(json.dumps(table, indent=1, sort_keys=True) + "\n")
+    return table
+
+
+def collect_quick(root: Path) -> None:
+    """Write every claim of a quick reproduction (value, verdict, commit) to QUICK_CLAIMS."""
+    claims: dict[str, Any] = {}
+    commits = set()
+    for path in sorted(root.glob("*/quick/claims.json")):
+        env = json.loads((path.parent / "env.json").read_text())
+        commits.add(env.get("git", {}).get("commit"))
+        for claim in json.loads(path.read_text()):
+            claims[claim["id"]] = {k: claim.get(k) for k in ("value", "held", "measured", "claim",
+                                                            "reference", "source")}
+    record = {"commits": sorted(c for c in commits if c), "claims": claims}
+    (RESULTS / QUICK_CLAIMS).write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
+    print(f"  quick: {len(claims)} claims")
+
+
+def main() -> None:
+    """Copy the named runs, rebuild references.json and report the size of docs/results."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("experiments", nargs="*")
+    parser.add_argument("--runs", type=Path, help="root folder of the reference runs")
+    parser.add_argument("--name", default="reference", help="run name under RUNS/<experiment>/")
+    parser.add_argument("--quick", type=Path,
+                        help="root of an `actlab reproduce --quick` run: its claims go to "
+                             f"docs/results/{QUICK_CLAIMS}")
+    args = parser.parse_args()
+    if args.quick:
+        collect_quick(args.quick)
+    if args.runs:
+        names = args.experiments or sorted(p.parent.name for p in args.runs.glob(f"*/{args.name}"))
+        for name in names:
+            run_dir = args.runs / name / args.name
+            if not (run_dir / "claims.json").exists():
+                print(f"  {name}: no finished run in {run_dir}, skipped")
+                continue
+            copy_run(run_dir, RESULTS / name)
+            print(f"  {name}: collected")
+    table = rebuild_references()
+    size = sum(p.stat().st_size for p in RESULTS.rglob("*") if p.is_file())
+    done = sum(e["status"] == REFERENCE for e in table.values())
+    print(f"{done}/{len(table)} experiments have a reference; docs/results is {size / 2**20:.1f} MB")
+    if size > MAX_TOTAL_BYTES:
+        raise SystemExit(f"docs/results is {size / 2**20:.1f} MB, over the 15 MB budget")
+
+
+if __name__ == "__main__":
+    main()
