@@ -97,3 +97,21 @@ def test_reference_cells_read_as_value_and_verdict():
         assert reference_summary(pending[0]).startswith("pending (")
     held = sum(c["held"] is True for c in REFERENCES[name]["claims"].values())
     assert reference_summary(name).startswith(f"{held}/{len(REFERENCES[name]['claims'])} held")
+
+
+def test_fidelity_table_is_current_and_every_miss_has_a_diagnosis():
+    import importlib.util
+
+    tool = Path(__file__).resolve().parents[1] / "tools" / "fidelity.py"
+    spec = importlib.util.spec_from_file_location("fidelity_tool", tool)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert (RESULTS.parent / "fidelity.md").read_text() == module.render(), \
+        "docs/fidelity.md is stale: run python tools/fidelity.py"
+    diagnoses = json.loads((RESULTS / "diagnoses.json").read_text())
+    kinds = {"scale", "setting", "metric", "difference", "open"}
+    assert {d["kind"] for d in diagnoses.values()} <= kinds
+    for name in COLLECTED:
+        for claim_id, claim in REFERENCES[name]["claims"].items():
+            if claim["held"] is not True:
+                assert claim_id in diagnoses, claim_id
