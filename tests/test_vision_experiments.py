@@ -155,3 +155,26 @@ def test_invalid_configs_name_the_field(name, overrides, field):
     with pytest.raises(ConfigError) as info:
         build_config(get_experiment(name).Config, overrides)
     assert info.value.field == field
+
+
+def test_scale_aware_fit_tells_a_faint_copy_from_the_image():
+    # A faint copy correlates perfectly with the image but reproduces little of it: the
+    # scale-aware R² and energy say so (reference: the formulas in numpy, per image).
+    import torch
+
+    from actlab.experiments._bias_train import scale_aware_fit
+    from actlab.nn.autoencoder import image_similarity
+
+    full = torch.randn(5, 1, 8, 8, generator=torch.Generator().manual_seed(0)) + 0.3
+    faint = 0.1 * full
+    assert image_similarity(faint, full).min() > 0.999
+    fit = scale_aware_fit(faint, full, "bias")
+    f, p = full.numpy().reshape(5, -1), faint.numpy().reshape(5, -1)
+    r2 = 1 - ((f - p) ** 2).sum(1) / ((f - f.mean(1, keepdims=True)) ** 2).sum(1)
+    assert fit["bias_r2"] == pytest.approx(float(r2.mean()), rel=1e-5)
+    assert fit["bias_energy"] == pytest.approx(float(((p ** 2).sum(1) / (f ** 2).sum(1)).mean()),
+                                               rel=1e-5)
+    assert fit["bias_r2"] < 0.3 and fit["bias_energy"] == pytest.approx(0.01, rel=1e-4)
+    same = scale_aware_fit(full, full, "dev")
+    assert same == {"dev_r2": pytest.approx(1.0), "dev_energy": pytest.approx(1.0)}
+    assert not np.isnan(scale_aware_fit(torch.zeros_like(full), full, "x")["x_r2"])

@@ -50,7 +50,8 @@ def describe_condition(table: pd.DataFrame, run: str, min_fit: float = 0.5) -> d
                    similarity_first_trained=float(trained.iloc[0]))
     for metric, key in (("dev_correlation", "dev_similarity_final"),
                         ("bias_input_correlation", "bias_input_correlation_final"),
-                        ("bias_psnr", "bias_psnr_final"), ("bias_share", "bias_share_final")):
+                        ("bias_psnr", "bias_psnr_final"), ("bias_share", "bias_share_final"),
+                        ("bias_r2", "bias_r2_final"), ("bias_energy", "bias_energy_final")):
         curve = analysis.curves(table, run, metric)
         if not curve.empty:
             out[key] = analysis.finite_mean(curve.iloc[-1])

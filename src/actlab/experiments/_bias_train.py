@@ -65,8 +65,24 @@ def measure_checkpoint(model: Any, x: Tensor) -> tuple[dict[str, float], dict[st
             out[f"{part}_{kind}"] = float(values[torch.isfinite(values)].mean())
         # image content the component recovers on its own (vs the input, not the model)
         out[f"{part}_input_correlation"] = float(image_similarity(parts[part], x).mean())
+        out.update(scale_aware_fit(parts[part], parts["full"], part))
     out["full_input_correlation"] = float(image_similarity(parts["full"], x).mean())
     return out, parts
+
+
+def scale_aware_fit(part: Tensor, full: Tensor, name: str) -> dict[str, float]:
+    """How much of the full decode one component's decode reproduces, scale included.
+
+    A correlation ignores scale: a faint copy of the image correlates perfectly. Per image,
+    ``{name}_r2`` is ``1 - |full - part|² / |full - mean(full)|²`` (1: the part alone gives
+    the full decode; 0 or below: no better than the image's mean) and ``{name}_energy`` is
+    ``|part|² / |full|²``; both are averaged over images.
+    """
+    dims = tuple(range(1, full.dim()))
+    centred = (full - full.mean(dim=dims, keepdim=True)).pow(2).sum(dims).clamp_min(1e-30)
+    r2 = 1 - (full - part).pow(2).sum(dims) / centred
+    energy = part.pow(2).sum(dims) / full.pow(2).sum(dims).clamp_min(1e-30)
+    return {f"{name}_r2": float(r2.mean()), f"{name}_energy": float(energy.mean())}
 
 
 def train_autoencoder(config: BiasComponentConfig, activation: str, seed: int,

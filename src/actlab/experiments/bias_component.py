@@ -162,7 +162,7 @@ class BiasComponent(Experiment):
                 "shifted: the bias component carries less image content (lower peak "
                 "similarity of bias-only to full reconstruction)",
                 f"peak correlation {_fmt(s['similarity_peak'])} shifted vs "
-                f"{_fmt(u['similarity_peak'])} unshifted",
+                f"{_fmt(u['similarity_peak'])} unshifted" + _scale_aware_text(s, u),
                 s["similarity_peak"] < u["similarity_peak"], src,
                 id=claim_id(self.name, "shifted", "lower-bias-peak-similarity"),
                 value=s["similarity_peak"], comparison="<", threshold=u["similarity_peak"]))
@@ -182,3 +182,14 @@ class BiasComponent(Experiment):
                 "seed 000 App. D, Fig. 17", id=claim_id(self.name, "shifted", "lower-final-loss"),
                 value=fs, comparison="<", threshold=fu))
         return claims
+
+
+def _scale_aware_text(shifted: dict, unshifted: dict) -> str:
+    """The scale-aware measures beside the correlation (final R² and energy of the bias-only
+    decode against the full decode), when the summary has them."""
+    keys = ("bias_r2_final", "bias_energy_final")
+    if any(shifted.get(k) is None or unshifted.get(k) is None for k in keys):
+        return ""
+    return (f"; at the end, R² of bias-only vs full {_fmt(shifted['bias_r2_final'])} shifted vs "
+            f"{_fmt(unshifted['bias_r2_final'])} unshifted, energy "
+            f"{_fmt(shifted['bias_energy_final'])} vs {_fmt(unshifted['bias_energy_final'])}")
