@@ -63,3 +63,41 @@ def test_strict_float32_turns_tf32_off_and_env_records_it(tmp_path):
     finally:
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved[:2]
         torch.set_float32_matmul_precision(saved[2])
+
+
+def _built_in_experiments() -> list[str]:
+    from actlab.runner.experiment import list_experiments
+
+    return sorted(n for n, c in list_experiments().items()
+                  if c.__module__.startswith("actlab.experiments"))
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+def test_every_experiment_refuses_cuda_in_one_line_without_a_gpu(tmp_path):
+    names = _built_in_experiments()
+    assert len(names) >= 20
+    for name in names:
+        result = toy.invoke("run", name, "--quick", "--device", "cuda", "--out", tmp_path)
+        assert result.exit_code == 2, name
+        assert result.stderr.strip().splitlines() == [
+            "error: --device: cuda is not available on this machine"], name
+        assert not (tmp_path / name).exists(), name  # refused before any work
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_every_experiment_runs_on_cuda_or_refuses_in_one_line(tmp_path):
+    # The registry walk on a GPU: each experiment at quick scale finishes, or (a missing
+    # optional model) refuses with one line before any work.
+    failures = []
+    for name in _built_in_experiments():
+        result = toy.invoke("run", name, "--quick", "--device", "cuda", "--out", tmp_path)
+        if result.exit_code == 2:
+            lines = result.stderr.strip().splitlines()
+            if len(lines) != 1 or (tmp_path / name).exists():
+                failures.append((name, result.stderr[-300:]))
+            continue
+        status = json.loads(next((tmp_path / name).glob("*/status.json")).read_text())
+        if result.exit_code != 0 or status["units"]["failed"]:
+            failures.append((name, result.output[-300:]))
+    assert not failures, failures
