@@ -65,16 +65,37 @@ def test_ensemble_step_with_shifted_members_on_meta():
     trainer = EnsembleTrainer(ensemble, nn.functional.mse_loss,
                               make_functional_optimizer("adam", lr=1e-3), keep_freed_memory=False)
     assert trainer.diverged.device == META  # the trainer's own state follows the members
-    # The step's pieces on meta (step() itself reads its divergence flag back to the host,
-    # which meta cannot answer): the vmapped losses, their gradients, the optimizer update.
-    x = torch.empty(2, 4, 6, device=META)
-    losses = ensemble.losses(nn.functional.mse_loss, x, torch.empty(2, 4, 6, device=META))
-    total = torch.stack([losses[c] for c in ensemble.conditions]).sum()
+    # The whole step on meta: off the CPU it reads no flag back to the host (the freezing
+    # of diverged members runs as masks), so meta can run it.
+    x, y = torch.empty(2, 4, 6, device=META), torch.empty(2, 4, 6, device=META)
+    out = trainer.step(x, y, return_grads=True)
     leaves = [p for c in ensemble.conditions for p in ensemble.params[c].values()]
-    grads = list(torch.autograd.grad(total, leaves))
-    trainer.optimizer.step(leaves, grads)
     assert all(p.device == META for p in leaves)
+    assert all(t.device == META for t in out.losses.values())
+    assert all(g.device == META for c in out.grads.values() for g in c.values())
     assert all(b.device == META for c in ensemble.conditions for b in ensemble.buffers[c].values())
+
+
+def test_masked_freezing_equals_the_host_checked_path_on_cpu():
+    # The accelerator path (always freeze, by masks) against the CPU path (freeze only once a
+    # member has diverged): same parameters, including after a member diverges.
+    def run(always: bool) -> list[torch.Tensor]:
+        ensemble = Ensemble(_residual_models(3))
+        trainer = EnsembleTrainer(ensemble, nn.functional.mse_loss,
+                                  make_functional_optimizer("adam", lr=1e-2),
+                                  keep_freed_memory=False)
+        trainer._host_checks = not always
+        g = torch.Generator().manual_seed(1)
+        for step in range(4):
+            x = torch.randn(3, 4, 6, generator=g)
+            if step == 2:
+                x[1] = float("nan")  # member 1 diverges here and must stay frozen
+            trainer.step(x, torch.randn(3, 4, 6, generator=g))
+        assert trainer.diverged.tolist() == [[False, True, False]]
+        return [p.detach().clone() for p in trainer.ensemble.parameters()]
+
+    for a, b in zip(run(False), run(True)):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
 
 
 def test_gpt_forward_backward_on_meta():

@@ -297,6 +297,8 @@ class EnsembleTrainer:
         device = next(iter(ens.params[ens.conditions[0]].values())).device
         self.diverged = torch.zeros(len(ens.conditions), ens.num_seeds, dtype=torch.bool,
                                     device=device)
+        # Read divergence flags back to the host only on the CPU, where it costs nothing.
+        self._host_checks = device.type == "cpu"
         self._leaves = ens.parameters()
         # For each leaf, which condition it belongs to (to freeze diverged members).
         self._leaf_condition = [
@@ -324,7 +326,7 @@ class EnsembleTrainer:
         # Summing the members' losses gives each member exactly its own gradient.
         total = torch.where(finite, stacked, torch.zeros_like(stacked)).sum()
         grads = list(torch.autograd.grad(total, self._leaves, allow_unused=True))
-        frozen = self._freeze_diverged(grads) if self.diverged.any() else []
+        frozen = self._freeze_diverged(grads) if self._any_diverged() else []
         self.optimizer.step(self._leaves, grads)
         with torch.no_grad():
             for i, saved, dead in frozen:
@@ -388,6 +390,11 @@ class EnsembleTrainer:
                              f"got {seed_index}")
         self.diverged[self.ensemble.conditions.index(condition), seed_index] = True
 
+    def _any_diverged(self) -> bool:
+        """Whether to run the freezing step: on the CPU only if a member has diverged; on an
+        accelerator always (masks only), since reading the flag would wait for the device."""
+        return bool(self.diverged.any()) if self._host_checks else True
+
     def _freeze_diverged(self, grads: list[Tensor | None]) -> list[tuple[int, Tensor, Tensor]]:
         """Zero diverged members' gradients (in ``grads``) and remember their parameters.
 
@@ -396,7 +403,7 @@ class EnsembleTrainer:
         """
         frozen = []
         for i, (leaf, cond) in enumerate(zip(self._leaves, self._leaf_condition)):
-            if not self.diverged[cond].any():
+            if self._host_checks and not self.diverged[cond].any():
                 continue
             dead = self.diverged[cond].view(-1, *([1] * (leaf.dim() - 1)))
             if grads[i] is not None:
