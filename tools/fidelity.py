@@ -84,6 +84,8 @@ def render() -> str:
         f"held, {ref_counts['undecided']} undecided.",
         "- **Pending**: " + ", ".join(f"{n} — {e['status']}" for n, e in sorted(pending.items()))
         + ".",
+        *[f"- **Also pending**: {n}: {e['note']}" for n, e in sorted(references.items())
+          if e["status"] == "reference" and e.get("note")],
         f"- **Diagnoses**: {', '.join(f'{k} {v}' for k, v in sorted(kinds.items()))}. "
         "*scale*: the result changes with training length or size (the issue's standard of "
         "evidence is three scale points on the same seeds; where we have two, the diagnosis "
