@@ -84,3 +84,20 @@ def test_drift_config_errors_name_the_field():
         build_config(exp.Config, {"init": "kaiming"})
     with pytest.raises(ConfigError, match="activations"):
         build_config(exp.Config, {"activations": "rleu"})
+
+
+def test_a_sweep_point_whose_seeds_all_diverged_leaves_its_claims_undecided():
+    # Diverged seeds stop after a few steps with drift near 0; reading that as "no drift"
+    # would fail the claims for the wrong reason.
+    point = {"drift_z_early": 0.01, "mean_shift_later_layers": -1e-3, "final_loss": 1.0,
+             "diverged_seeds": 0}
+    sweep = {"sgd:0.01": {**point, "drift_z_final": 0.05},
+             "sgd:0.05": {**point, "drift_z_final": 0.2},
+             "momentum:0.01": {**point, "drift_z_final": 0.25},
+             "momentum:0.05": {**point, "drift_z_final": None, "diverged_seeds": 3}}
+    claims = {c.id: c for c in get_experiment("drift").claims({"sweep": {"relu": sweep}})}
+    lost = claims["drift/relu/lr-0.05/momentum-drifts-faster"]
+    assert lost.held is None and "momentum:0.05 (3 seeds diverged)" in lost.measured
+    assert claims["drift/relu/momentum/higher-lr-larger-drift"].held is None
+    assert claims["drift/relu/lr-0.01/momentum-drifts-faster"].held is True
+    assert claims["drift/relu/sgd/higher-lr-larger-drift"].held is True

@@ -33,6 +33,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
+from actlab.runner.atomic import dumps  # noqa: E402
 from actlab.runner.config import build_config  # noqa: E402
 from actlab.runner.experiment import RunContext, get_experiment, list_experiments  # noqa: E402
 from actlab.runner.references import REFERENCE, REFERENCES_FILE  # noqa: E402
@@ -54,7 +55,25 @@ EXTRA_PENDING: dict[str, str] = {
 }
 
 
-def copy_run(run_dir: Path, dest: Path) -> None:
+def resummarize(exp_name: str, run_dir: Path, units: list[dict[str, Any]], dest: Path) -> None:
+    """Recompute ``summary.json`` and ``claims.json`` from the run's units with today's
+    ``summarize``/``claims`` (figures too): the measured data stay those of the run."""
+    experiment = get_experiment(exp_name)
+    record = json.loads((run_dir / "config.json").read_text())
+    if record["grid"]:
+        raise SystemExit(f"{exp_name}: --resummarize handles runs without a grid only")
+    config = build_config(type(experiment).Config, record["config"])
+    results = [{k: u[k] for k in ("id", "point", "unit", "seeds", "status", "error", "data")}
+               for u in units]
+    ctx = RunContext(out_dir=dest, figures_dir=dest / "figures")
+    summary = json.loads(dumps(experiment.summarize(config, table_frame(sort_rows(units)),
+                                                    results, ctx)))
+    claims = [{**json.loads(dumps(c)), "point": ""} for c in experiment.claims(summary)]
+    (dest / "summary.json").write_text(dumps(summary))
+    (dest / "claims.json").write_text(dumps(claims))
+
+
+def copy_run(run_dir: Path, dest: Path, summarize_again: bool = False) -> None:
     """Copy one run's kept files and figures to ``dest`` (replacing what was there)."""
     if dest.exists():
         shutil.rmtree(dest)
@@ -71,8 +90,20 @@ def copy_run(run_dir: Path, dest: Path) -> None:
         target = dest / "figures" / figure.relative_to(run_dir / "figures")
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(figure, target)
+    if summarize_again:
+        resummarize(dest.name, run_dir, units, dest)
+        env["summarized_at"] = _head_commit()
+        (dest / "env.json").write_text(json.dumps(env, indent=1) + "\n")
     seeds = per_seed_values(dest.name, run_dir, units)
     (dest / SEED_VALUES).write_text(json.dumps(seeds, indent=1, sort_keys=True) + "\n")
+
+
+def _head_commit() -> str:
+    """The commit whose code recomputed a summary."""
+    import subprocess
+
+    return subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True,
+                          text=True, check=True).stdout.strip()
 
 
 def per_seed_values(exp_name: str, run_dir: Path, units: list[dict[str, Any]]
@@ -162,6 +193,9 @@ def main() -> None:
     parser.add_argument("experiments", nargs="*")
     parser.add_argument("--runs", type=Path, help="root folder of the reference runs")
     parser.add_argument("--name", default="reference", help="run name under RUNS/<experiment>/")
+    parser.add_argument("--resummarize", action="store_true",
+                        help="recompute summary and claims from the runs' units with this "
+                             "checkout's code (after a fix to a summary or claim)")
     parser.add_argument("--quick", type=Path,
                         help="root of an `actlab reproduce --quick` run: its claims go to "
                              f"docs/results/{QUICK_CLAIMS}")
@@ -175,7 +209,7 @@ def main() -> None:
             if not (run_dir / "claims.json").exists():
                 print(f"  {name}: no finished run in {run_dir}, skipped")
                 continue
-            copy_run(run_dir, RESULTS / name)
+            copy_run(run_dir, RESULTS / name, args.resummarize)
             print(f"  {name}: collected")
     table = rebuild_references()
     size = sum(p.stat().st_size for p in RESULTS.rglob("*") if p.is_file())

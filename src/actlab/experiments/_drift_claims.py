@@ -117,6 +117,13 @@ def drift_claims(summary: dict, optimizers: Sequence[str],
     settings = {k: parse_setting(k) for k in by}
     for lr_key in sorted({f"{lr:g}" for _, lr in settings.values()}):
         sgd, mom = by.get(f"sgd:{lr_key}"), by.get(f"momentum:{lr_key}")
+        both_ran = f"sgd:{lr_key}" in by and f"momentum:{lr_key}" in by
+        if both_ran and (sgd is None or mom is None):
+            claims.append(Claim(f"relu, lr {lr_key}: momentum drifts faster than plain SGD",
+                                _diverged_text(sweep, (f"sgd:{lr_key}", f"momentum:{lr_key}")),
+                                None, "seed 003 §3, Fig. 2",
+                                id=claim_id(NAME, "relu", f"lr-{lr_key}",
+                                            "momentum-drifts-faster")))
         if sgd is not None and mom is not None:
             claims.append(Claim(f"relu, lr {lr_key}: momentum drifts faster than plain SGD",
                                 f"drift Z {mom:.3g} vs {sgd:.3g}", mom > sgd, "seed 003 §3, Fig. 2",
@@ -126,6 +133,12 @@ def drift_claims(summary: dict, optimizers: Sequence[str],
     for opt in optimizers:
         pairs = sorted((settings[k][1], v) for k, v in by.items()
                        if settings[k][0] == opt and v is not None)
+        lost = [k for k, v in by.items() if settings[k][0] == opt and v is None]
+        if lost and len(pairs) + len(lost) >= 2:
+            claims.append(Claim(f"relu, {opt}: a higher learning rate gives larger drift",
+                                _diverged_text(sweep, lost), None, "seed 003 §3, Fig. 2",
+                                id=claim_id(NAME, "relu", opt, "higher-lr-larger-drift")))
+            continue
         if len(pairs) >= 2:
             increasing = all(b[1] > a[1] for a, b in zip(pairs, pairs[1:]))
             claims.append(Claim(f"relu, {opt}: a higher learning rate gives larger drift",
@@ -135,6 +148,13 @@ def drift_claims(summary: dict, optimizers: Sequence[str],
                                 value=min(b[1] - a[1] for a, b in zip(pairs, pairs[1:])),
                                 comparison=">", threshold=0.0))
     return claims
+
+
+def _diverged_text(sweep: dict, settings: tuple[str, ...] | list[str]) -> str:
+    """Which sweep settings have no drift to compare because every seed diverged."""
+    lost = [f"{k} ({sweep[k].get('diverged_seeds', '?')} seeds diverged)" for k in settings
+            if sweep.get(k, {}).get("drift_z_final") is None]
+    return "no finished run: " + ", ".join(lost)
 
 
 def _fmt(value: float | None) -> str:

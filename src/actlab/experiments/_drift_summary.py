@@ -88,7 +88,18 @@ def drift_summary(config: DriftConfig, runs: dict[str, pd.DataFrame], results: l
     summary["activations"] = per_act
     sweep: dict[str, dict[str, Any]] = {}
     points = _sweep_points(config, runs, sweep_keys)
+    # A seed that diverged leaves rows up to its divergence (drift near 0): leave it out.
+    diverged = {(DriftRun.of(r["unit"]).name, int(seed)) for r in results
+                if r["status"] == "diverged" for seed in r["seeds"]}
     for key, rows in sorted(points.items(), key=lambda kv: kv[0].name):
+        lost = [(run, int(seed)) in diverged for run, seed in zip(rows["run"], rows["seed"])]
+        n_lost = len({int(seed) for seed, gone in zip(rows["seed"], lost) if gone})
+        rows = rows[[not gone for gone in lost]]
+        if rows.empty:
+            sweep.setdefault(key.activation, {})[key.setting] = {
+                "drift_z_final": None, "drift_z_early": None, "mean_shift_later_layers": None,
+                "final_loss": None, "diverged_seeds": n_lost}
+            continue
         depth = rows["layer"].map(layer_number)
         z = rows[(rows["metric"] == "drift_z") & (depth >= 2) & (depth <= last_hidden)]
         early = z[z["step"] == min(config.record_every, config.steps)]
@@ -96,7 +107,8 @@ def drift_summary(config: DriftConfig, runs: dict[str, pd.DataFrame], results: l
         sweep.setdefault(key.activation, {})[key.setting] = {
             "drift_z_final": mean_value(at_step(z)) if len(z) else None,
             "drift_z_early": mean_value(early),
-            "mean_shift_later_layers": d["mean_shift_later_layers"], "final_loss": d["final_loss"]}
+            "mean_shift_later_layers": d["mean_shift_later_layers"], "final_loss": d["final_loss"],
+            "diverged_seeds": n_lost}
     summary["sweep"] = sweep
     return summary
 
