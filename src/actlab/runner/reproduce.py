@@ -16,6 +16,7 @@ from actlab.errors import did_you_mean
 from actlab.runner.driver import RunOptions, run_experiment
 from actlab.runner.execute import error_headline
 from actlab.runner.experiment import list_experiments
+from actlab.runner.references import reference_summary
 from actlab.runner.report import write_index
 
 PREFERRED_ORDER = (
@@ -75,7 +76,8 @@ def reproduce(scale: str, only: list[str] | None, options: RunOptions, echo=prin
                 entry["status"] = "failed"
             held = [c.get("held") for c in outcome.claims]
             echo(f"   {outcome.path}: {outcome.n_units} units, {len(outcome.failed)} failed, "
-                 f"{len(outcome.diverged)} diverged; claims held {held.count(True)}/{len(held)}")
+                 f"{len(outcome.diverged)} diverged; claims held {held.count(True)}/{len(held)} "
+                 f"(at reference scale: {reference_summary(name)})")
         except Exception as exc:  # noqa: BLE001 - one experiment failing must not stop the rest
             entry["status"] = "failed"
             entry["problems"] = [error_headline("".join(traceback.format_exception(exc)))]
