@@ -35,9 +35,9 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from actlab.runner.atomic import dumps  # noqa: E402
 from actlab.runner.config import build_config  # noqa: E402
+from actlab.runner.driver import summarize_records  # noqa: E402
 from actlab.runner.experiment import RunContext, get_experiment, list_experiments  # noqa: E402
 from actlab.runner.references import REFERENCE, REFERENCES_FILE  # noqa: E402
-from actlab.runner.rundir import sort_rows, table_frame  # noqa: E402
 
 RESULTS = ROOT / "docs" / "results"
 KEPT_FILES = ("summary.json", "claims.json", "config.json")
@@ -63,20 +63,17 @@ def resummarize(exp_name: str, run_dir: Path, units: list[dict[str, Any]], dest:
     if record["grid"]:
         raise SystemExit(f"{exp_name}: --resummarize handles runs without a grid only")
     config = build_config(type(experiment).Config, record["config"])
-    results = [{k: u[k] for k in ("id", "point", "unit", "seeds", "status", "error", "data")}
-               for u in units]
     ctx = RunContext(out_dir=dest, figures_dir=dest / "figures")
-    summary = json.loads(dumps(experiment.summarize(config, table_frame(sort_rows(units)),
-                                                    results, ctx)))
-    claims = [{**json.loads(dumps(c)), "point": ""} for c in experiment.claims(summary)]
+    summary, claims = summarize_records(experiment, config, units, ctx)
+    claims = [{**claim, "point": ""} for claim in claims]
     (dest / "summary.json").write_text(dumps(summary))
     (dest / "claims.json").write_text(dumps(claims))
 
 
 def copy_run(run_dir: Path, dest: Path, summarize_again: bool = False) -> None:
     """Copy one run's kept files and figures to ``dest`` (replacing what was there)."""
-    if dest.exists():
-        shutil.rmtree(dest)
+    # Replace only what this tool writes: other evidence kept beside a reference stays.
+    shutil.rmtree(dest / "figures", ignore_errors=True)
     (dest / "figures").mkdir(parents=True)
     for name in KEPT_FILES:
         shutil.copy2(run_dir / name, dest / name)
@@ -117,19 +114,16 @@ def per_seed_values(exp_name: str, run_dir: Path, units: list[dict[str, Any]]
     values: dict[str, list[float]] = {}
     for seed in config_record["seeds"]:
         mine = [u for u in units if u["seeds"] == [seed]]
-        results = [{k: u[k] for k in ("id", "point", "unit", "seeds", "status", "error", "data")}
-                   for u in mine]
         with tempfile.TemporaryDirectory() as tmp:
             ctx = RunContext(out_dir=Path(tmp), figures_dir=Path(tmp))
             try:
-                summary = experiment.summarize(config, table_frame(sort_rows(mine)), results, ctx)
-                claims = experiment.claims(json.loads(json.dumps(summary, default=float)))
+                _, claims = summarize_records(experiment, config, mine, ctx)
             except Exception as exc:  # noqa: BLE001 - some summaries need several seeds
                 print(f"  {exp_name}: no per-seed summary ({type(exc).__name__}: {exc})")
                 return {}
         for claim in claims:
-            if claim.value is not None:
-                values.setdefault(claim.id, []).append(float(claim.value))
+            if claim.get("value") is not None:
+                values.setdefault(claim["id"], []).append(float(claim["value"]))
     return values
 
 

@@ -12,14 +12,18 @@ hand: scale, setting, metric, difference, or open where the evidence is not in y
 from __future__ import annotations
 
 import json
+import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+
+from actlab.runner.references import verdict_text  # noqa: E402
+
 RESULTS = ROOT / "docs" / "results"
 REFERENCES = ROOT / "src" / "actlab" / "runner" / "references.json"
-VERDICT = {True: "held", False: "not held", None: "undecided"}
 
 
 def _number(value: Any) -> str:
@@ -41,11 +45,11 @@ def rows(quick: dict[str, Any], references: dict[str, Any], diagnoses: dict[str,
         ref = entry.get("claims", {}).get(claim_id)
         if entry.get("status") == "reference" and ref is not None:
             spread = f" ± {ref['spread']:.2g}" if ref.get("spread") else ""
-            reference = f"{_number(ref['value'])}{spread} ({VERDICT[ref['held']]})"
+            reference = f"{_number(ref['value'])}{spread} ({verdict_text(ref['held'])})"
             missed = ref["held"] is not True
         else:
             reference, missed = entry.get("status", "no reference"), False
-        quick_text = f"{_number(q.get('value'))} ({VERDICT[q.get('held')]})" if q else "—"
+        quick_text = f"{_number(q.get('value'))} ({verdict_text(q.get('held'))})" if q else "—"
         diagnosis = diagnoses.get(claim_id)
         if diagnosis:
             note = f"**{diagnosis['kind']}**: {diagnosis['text']}"
@@ -63,10 +67,10 @@ def render() -> str:
     references = json.loads(REFERENCES.read_text())
     diagnoses = json.loads((RESULTS / "diagnoses.json").read_text())
     table = rows(quick, references, diagnoses)
-    quick_counts = Counter(VERDICT[c.get("held")] for c in quick.values())
+    quick_counts = Counter(verdict_text(c.get("held")) for c in quick.values())
     ref_claims = [c for e in references.values() if e["status"] == "reference"
                   for c in e["claims"].values()]
-    ref_counts = Counter(VERDICT[c["held"]] for c in ref_claims)
+    ref_counts = Counter(verdict_text(c["held"]) for c in ref_claims)
     done = [n for n, e in references.items() if e["status"] == "reference"]
     pending = {n: e for n, e in references.items() if e["status"] != "reference"}
     kinds = Counter(d["kind"] for d in diagnoses.values())

@@ -26,6 +26,7 @@ from actlab.runner.experiment import (
     STATUS_DIVERGED,
     STATUS_FAILED,
     STATUS_OK,
+    Experiment,
     RunContext,
     get_experiment,
 )
@@ -184,37 +185,32 @@ def _progress_bar(total: int, description: str, options: RunOptions):
     return tqdm(total=total, desc=description, unit="unit", disable=not show, file=sys.stderr)
 
 
+def summarize_records(experiment: Experiment, config: Any, records: list[dict[str, Any]],
+                      ctx: RunContext) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """``summarize`` and ``claims`` of one grid point from its unit records (as saved under
+    ``units/``), both as JSON-ready data; figures go to ``ctx.figures_dir``."""
+    table = table_frame(sort_rows(records))
+    results = [{key: r[key] for key in ("id", "point", "unit", "seeds", "status", "error", "data")}
+               for r in records]
+    summary = experiment.summarize(config, table, results, ctx)
+    summary = json.loads(dumps(summary if summary is not None else {}))
+    claims = [json.loads(dumps(claim)) for claim in experiment.claims(summary) or []]
+    return summary, claims
+
+
 def _summarize(
     plan: Plan, records: list[dict[str, Any]], run_dir: RunDir
 ) -> tuple[Any, list[dict[str, Any]]]:
     """Call ``summarize``/``claims`` per grid point; return summary.json content and claims."""
-    experiment = plan.experiment
     sweep = len(plan.points) > 1 or bool(plan.points[0])
     summaries = []
     claims: list[dict[str, Any]] = []
     for point, config in zip(plan.points, plan.configs):
         mine = [r for r in records if r["point"] == point]
-        table = table_frame(sort_rows(mine))
-        results = [
-            {
-                "id": r["id"],
-                "point": r["point"],
-                "unit": r["unit"],
-                "seeds": r["seeds"],
-                "status": r["status"],
-                "error": r["error"],
-                "data": r["data"],
-            }
-            for r in mine
-        ]
         figures = run_dir.figures_dir / slug(point_label(point)) if sweep else run_dir.figures_dir
         ctx = RunContext(out_dir=run_dir.path, figures_dir=figures)
-        summary = experiment.summarize(config, table, results, ctx)
-        summary = json.loads(dumps(summary if summary is not None else {}))
-        for claim in experiment.claims(summary) or []:
-            row = json.loads(dumps(claim))
-            row["point"] = point_label(point)
-            claims.append(row)
+        summary, point_claims = summarize_records(plan.experiment, config, mine, ctx)
+        claims += [{**claim, "point": point_label(point)} for claim in point_claims]
         summaries.append({"point": point, "summary": summary})
     content = {"points": summaries} if sweep else summaries[0]["summary"]
     return content, claims

@@ -45,6 +45,11 @@ def reference_for(claim_id: str) -> tuple[dict[str, Any], dict[str, Any] | None]
     return entry, entry.get("claims", {}).get(claim_id)
 
 
+def verdict_text(held: bool | None) -> str:
+    """``held``, ``not held`` or ``undecided``."""
+    return {True: "held", False: "not held"}.get(held, "undecided")
+
+
 def reference_text(claim_id: str) -> str:
     """One cell of text: the reference value, its spread and whether it held there."""
     entry, claim = reference_for(claim_id)
@@ -59,8 +64,7 @@ def reference_text(claim_id: str) -> str:
     text = "" if value is None else f"{value:.4g}"
     if value is not None and spread:
         text += f" ± {spread:.2g}"
-    held = {True: "held", False: "not held"}.get(claim.get("held"), "undecided")
-    return f"{text} ({held}, {entry.get('scale', '?')})".strip()
+    return f"{text} ({verdict_text(claim.get('held'))}, {entry.get('scale', '?')})".strip()
 
 
 def reference_held(claim_id: str) -> bool | None:
