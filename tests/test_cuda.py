@@ -150,3 +150,74 @@ def test_ddp_with_nccl_at_world_size_one_equals_plain_training():
             torch.testing.assert_close(b, a, rtol=1e-6, atol=1e-7)
     finally:
         dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("architecture", ["residual_mlp", "deep_mlp"])
+def test_one_ensemble_step_equals_cpu(architecture):
+    # Members built on the CPU (the same weights everywhere), shifted and unshifted, then one
+    # functional Adam step on each device: losses and updated parameters agree in float64.
+    from actlab.nn.deep_mlp import deep_mlp
+    from actlab.nn.residual_mlp import ResidualMLP
+    from actlab.train.ensemble import Ensemble, EnsembleTrainer
+    from actlab.train.optim import make_functional_optimizer
+
+    def members(spec: str) -> list[nn.Module]:
+        if architecture == "residual_mlp":
+            return [ResidualMLP(6, 12, 3, activation=spec, generator=torch.Generator().manual_seed(s),
+                                ).double() for s in range(3)]
+        return [deep_mlp(6, 12, 3, 6, activation=spec, seed=s, device="cpu") for s in range(3)]
+
+    g = torch.Generator().manual_seed(0)
+    x, y = torch.randn(3, 16, 6, generator=g, dtype=torch.float64), torch.randn(
+        3, 16, 6, generator=g, dtype=torch.float64)
+    results = {}
+    for device in ("cpu", "cuda"):
+        ensemble = Ensemble({"plain": members("relu"), "shifted": members("relu:shift=theory")},
+                            device=device)
+        trainer = EnsembleTrainer(ensemble, nn.functional.mse_loss,
+                                  make_functional_optimizer("adam", lr=1e-2),
+                                  keep_freed_memory=False)
+        out = trainer.step(x.to(device), y.to(device))
+        results[device] = ([out.losses[c].cpu() for c in ensemble.conditions],
+                           [p.detach().cpu() for p in ensemble.parameters()])
+    for a, b in zip(results["cpu"][0] + results["cpu"][1], results["cuda"][0] + results["cuda"][1]):
+        torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-11)
+
+
+# Claims that measure time (speed on this machine) or compare values closer than float32
+# reduction order can settle are not expected to keep their CPU verdict.
+TIMED_CLAIMS = ("accumulation-stop/mlp/freezing-recovers-speed",
+                "accumulation-stop/mlp/frozen-at-least-layernorm-speed",
+                "accumulation-stop/vit/freezing-recovers-speed",
+                "accumulation-stop/vit/frozen-at-least-layernorm-speed",
+                "gated-ffn/gated/gated-runs-slower")
+
+
+def test_quick_reproduction_on_cuda_keeps_the_cpu_verdicts(tmp_path):
+    # The committed CPU quick reproduction (docs/results/quick_claims.json) is the reference.
+    import json
+    from pathlib import Path
+
+    from click.testing import CliRunner
+
+    from actlab.cli import main
+
+    root = Path(__file__).resolve().parent.parent
+    cpu = json.loads((root / "docs" / "results" / "quick_claims.json").read_text())["claims"]
+    result = CliRunner().invoke(main, ["reproduce", "--quick", "--device", "cuda", "--out",
+                                       str(tmp_path)])
+    assert result.exit_code == 0, result.output[-2000:]
+    failed, moved = [], []
+    for status_file in tmp_path.glob("*/quick/status.json"):
+        status = json.loads(status_file.read_text())
+        if status["units"]["failed"]:
+            failed.append(status_file.parent.parent.name)
+    for claims_file in tmp_path.glob("*/quick/claims.json"):
+        for claim in json.loads(claims_file.read_text()):
+            reference = cpu.get(claim["id"])
+            if reference is None or claim["id"] in TIMED_CLAIMS:
+                continue
+            if claim.get("held") != reference.get("held"):
+                moved.append((claim["id"], reference.get("held"), claim.get("held")))
+    assert not failed, failed
+    assert not moved, moved

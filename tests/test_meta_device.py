@@ -18,6 +18,7 @@ from actlab.nn.gpt import GPT, GPTConfig
 from actlab.nn.residual_mlp import ResidualMLP
 from actlab.train.ensemble import Ensemble, EnsembleTrainer
 from actlab.train.optim import OPTIMIZERS, make_functional_optimizer, make_optimizer
+from actlab.train.placement import on_device
 
 META = torch.device("meta")
 
@@ -61,7 +62,8 @@ def test_ensemble_step_with_shifted_members_on_meta():
     unshifted = [m.to(META) for m in _residual_models(2)]
     # the shifted copies are made from models already on meta: their shift must follow
     shifted = [m.with_activation("relu:shift=theory") for m in unshifted]
-    ensemble = Ensemble({"unshifted": unshifted, "shifted": shifted})
+    with on_device(META):  # the ensemble lives on the unit's device
+        ensemble = Ensemble({"unshifted": unshifted, "shifted": shifted})
     trainer = EnsembleTrainer(ensemble, nn.functional.mse_loss,
                               make_functional_optimizer("adam", lr=1e-3), keep_freed_memory=False)
     assert trainer.diverged.device == META  # the trainer's own state follows the members
@@ -96,6 +98,15 @@ def test_masked_freezing_equals_the_host_checked_path_on_cpu():
 
     for a, b in zip(run(False), run(True)):
         torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+def test_ensemble_follows_the_units_device_and_an_explicit_one():
+    models = _residual_models(2)
+    assert Ensemble(models).device.type == "cpu"
+    with on_device(META):
+        assert Ensemble(models).device == META
+        assert Ensemble(models, device="cpu").device.type == "cpu"
+    assert all(p.device.type == "cpu" for m in models for p in m.parameters())  # not moved
 
 
 def test_gpt_forward_backward_on_meta():

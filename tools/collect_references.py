@@ -46,7 +46,17 @@ SEED_VALUES = "claims_per_seed.json"  # {claim id: [value of seed 0, seed 1, ...
 MAX_TOTAL_BYTES = 15 * 2**20
 
 # Why an experiment has no reference run yet (shown instead of a value).
-PENDING: dict[str, tuple[str, str]] = {}
+# The GPT experiments' default scale (4 layers, width 128, context 128, batch 32, 2000 steps)
+# costs about 32x the quick scale's FLOPs per step (nanoGPT's count), about 31 minutes of
+# one core per unit from the quick scale's measured 29 ms per step.
+_LM_NOTE = ("default scale: {units} units x about 31 min of one CPU core (about {hours} h); "
+            "needs a GPU or a long CPU run; smaller-scale evidence is in "
+            "docs/results/{name}/evidence-*")
+PENDING: dict[str, tuple[str, str]] = {
+    "lm-shift": ("pending (needs GPU)", _LM_NOTE.format(units=12, hours=6, name="lm-shift")),
+    "spikes": ("pending (needs GPU)", _LM_NOTE.format(units=18, hours=9, name="spikes")),
+    "gated-ffn": ("pending (needs GPU)", _LM_NOTE.format(units=15, hours=8, name="gated-ffn")),
+}
 # Runs beyond the reference scale that are still to do, per experiment.
 EXTRA_PENDING: dict[str, str] = {
     "teacher-student": "--full (50, 200, 20), 8 seeds x 4 activations x 8000 steps: pending "
@@ -70,7 +80,7 @@ def resummarize(exp_name: str, run_dir: Path, units: list[dict[str, Any]], dest:
     (dest / "claims.json").write_text(dumps(claims))
 
 
-def copy_run(run_dir: Path, dest: Path, summarize_again: bool = False) -> None:
+def copy_run(run_dir: Path, dest: Path, exp_name: str, summarize_again: bool = False) -> None:
     """Copy one run's kept files and figures to ``dest`` (replacing what was there)."""
     # Replace only what this tool writes: other evidence kept beside a reference stays.
     shutil.rmtree(dest / "figures", ignore_errors=True)
@@ -88,10 +98,10 @@ def copy_run(run_dir: Path, dest: Path, summarize_again: bool = False) -> None:
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(figure, target)
     if summarize_again:
-        resummarize(dest.name, run_dir, units, dest)
+        resummarize(exp_name, run_dir, units, dest)
         env["summarized_at"] = _head_commit()
         (dest / "env.json").write_text(json.dumps(env, indent=1) + "\n")
-    seeds = per_seed_values(dest.name, run_dir, units)
+    seeds = per_seed_values(exp_name, run_dir, units)
     (dest / SEED_VALUES).write_text(json.dumps(seeds, indent=1, sort_keys=True) + "\n")
 
 
@@ -190,6 +200,9 @@ def main() -> None:
     parser.add_argument("--resummarize", action="store_true",
                         help="recompute summary and claims from the runs' units with this "
                              "checkout's code (after a fix to a summary or claim)")
+    parser.add_argument("--evidence", action="store_true",
+                        help="the runs are evidence beside the reference (another scale or "
+                             "setting): copy them to docs/results/<experiment>/evidence-<name>/")
     parser.add_argument("--quick", type=Path,
                         help="root of an `actlab reproduce --quick` run: its claims go to "
                              f"docs/results/{QUICK_CLAIMS}")
@@ -203,8 +216,9 @@ def main() -> None:
             if not (run_dir / "claims.json").exists():
                 print(f"  {name}: no finished run in {run_dir}, skipped")
                 continue
-            copy_run(run_dir, RESULTS / name, args.resummarize)
-            print(f"  {name}: collected")
+            dest = RESULTS / name / f"evidence-{args.name}" if args.evidence else RESULTS / name
+            copy_run(run_dir, dest, name, args.resummarize)
+            print(f"  {name}: collected into {dest.relative_to(ROOT)}")
     table = rebuild_references()
     size = sum(p.stat().st_size for p in RESULTS.rglob("*") if p.is_file())
     done = sum(e["status"] == REFERENCE for e in table.values())

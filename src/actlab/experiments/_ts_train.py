@@ -155,7 +155,7 @@ def train_students(
     y_eval = targets_from_teacher(teacher, x_eval, settings.loss)
     x_eval_m, y_eval_m = per_member(x_eval), per_member(y_eval)
     # Soft-target CE never reaches zero: log KL = CE - H(teacher) so curves are comparable.
-    floor = torch.zeros(C * n, dtype=engine.torch_dtype)
+    floor = torch.zeros(C * n, dtype=engine.torch_dtype, device=x_eval.device)
     if settings.loss == "soft_ce":
         floor = -(y_eval_m * torch.log(y_eval_m.clamp_min(1e-30))).sum(-1).mean(-1)
     if on_start is not None:
@@ -212,11 +212,11 @@ def _collect(names: list[str], seeds: list[int], steps: list[int], rows: list[di
     n, C = len(seeds), len(names)
 
     def split(key: str) -> dict[str, np.ndarray]:
-        arr = np.stack([r[key].detach().double().numpy() for r in rows], axis=1)  # (C*S, T, ...)
+        arr = np.stack([r[key].detach().double().cpu().numpy() for r in rows], axis=1)  # (C*S, T, ...)
         return {c: arr[i * n:(i + 1) * n] for i, c in enumerate(names)}
 
     train = np.asarray(losses, dtype=np.float64).reshape(len(losses), C * n).T
-    dead = trainer.diverged[0].reshape(C, n).numpy()
+    dead = trainer.diverged[0].reshape(C, n).cpu().numpy()
     run = StudentRun(names, seeds, steps, split("eval_loss"), split("hidden_mean"),
                      split("post_act_mean"), {c: train[i * n:(i + 1) * n] for i, c in
                                               enumerate(names)},

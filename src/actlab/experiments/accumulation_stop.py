@@ -14,7 +14,6 @@ baseline once frozen, quality within 2%.
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,6 +43,7 @@ from actlab.runner.experiment import (
     register,
 )
 from actlab.train.classify import check_data_fields, torch_threads
+from actlab.train.timing import StepClock
 
 NORMS = ("layernorm", "batchnorm", "percentile", "percentile-frozen")
 BLOCK = 5  # steps per timed block, as benchmarks/percentile.py's inner loop
@@ -143,17 +143,16 @@ class AccumulationStop(Experiment):
         with torch_threads(1):
             for seed in seeds:
                 model = build_classifier(unit["model"], data, activation, seed=seed, **norm_args)
-                stamps: list[float] = [time.thread_time()]
-
-                def stamp(step: int, loss: float, stamps: list[float] = stamps) -> None:
-                    stamps.append(time.thread_time())
-
+                # thread CPU time on the CPU, CUDA events on CUDA (see actlab.train.timing)
+                clock = StepClock()
+                clock.stamp()
                 out = train(model, data.x_train, data.y_train, settings,
-                            generator=torch.Generator().manual_seed(seed), on_step=stamp)
+                            generator=torch.Generator().manual_seed(seed),
+                            callbacks=[clock.callback()])
                 if out.status != STATUS_OK:
                     record_diverged(result, out.status, run, seed, out.steps)
                     continue
-                times = np.diff(stamps)
+                times = clock.intervals()
                 warm, after = times[:config.warmup], times[config.warmup:]
                 rate, noise = throughput(after)
                 result.add(run, seed, config.steps, "", "steps_per_s_warmup", throughput(warm)[0])

@@ -44,6 +44,7 @@ from actlab.runner.experiment import (
     register,
 )
 from actlab.train.binary import train_binary_sgd_ensemble
+from actlab.train.placement import to_model_device
 
 # run -> (activation, learning rate attribute of the config)
 SHALLOW_RUNS = {"relu-lr4": ("relu", "lr_large"), "relu-lr0.5": ("relu", "lr_small"),
@@ -85,6 +86,7 @@ def dead_shares(model: DeepMLP, x: torch.Tensor, batch_size: int) -> dict:
     batches of ``batch_size`` of the share silent on that batch alone; ``inactive_total``:
     units whose net input is ``<= 0`` on every point.
     """
+    x = to_model_device(model, x)
     probe = actlab.Probe(model, activations=lambda name, module: module in set(model.acts),
                          weights=False)
     batches = [x[i:i + batch_size] for i in range(0, x.shape[0] - batch_size + 1, batch_size)]

@@ -81,6 +81,7 @@ class GalleryExperiment(Experiment):
     headline_figure = "activations"
     description = ("Every activation and its derivative; Gaussian averages, Table 1 shifts and "
                    "gains vs published values; the variance recursion vs a measured network.")
+    host_only = "activation tables and a seeded Monte Carlo of the variance recursion"
     Config = GalleryConfig
     quick = {"n_examples": 200}
     full = {"width": 512, "n_examples": 1000}

@@ -47,6 +47,7 @@ from actlab.runner.experiment import (
     register,
 )
 from actlab.train.binary import binary_accuracy, train_binary_sgd
+from actlab.train.placement import place, to_unit_device
 
 DEMOS = ("linear_collapse", "constant_start", "default_linear_scale", "wrong_fan_in_axis",
          "uniform_bound_as_std", "variance_vs_second_moment")
@@ -92,15 +93,17 @@ def linear_collapse(config: PitfallsConfig, seed: int) -> dict:
     """Max difference between three Linear layers and their collapsed map; spiral accuracies."""
     with torch.random.fork_rng():
         torch.manual_seed(seed)
-        layers = [nn.Linear(2, 32, dtype=torch.float64), nn.Linear(32, 32, dtype=torch.float64),
-                  nn.Linear(32, 1, dtype=torch.float64)]
-    weight, bias = torch.eye(2, dtype=torch.float64), torch.zeros(2, dtype=torch.float64)
-    for layer in layers:
+        stack = place(nn.Sequential(nn.Linear(2, 32, dtype=torch.float64),
+                                    nn.Linear(32, 32, dtype=torch.float64),
+                                    nn.Linear(32, 1, dtype=torch.float64)))
+    weight, bias = to_unit_device(torch.eye(2, dtype=torch.float64),
+                                  torch.zeros(2, dtype=torch.float64))
+    for layer in stack:
         weight, bias = layer.weight @ weight, layer.weight @ bias + layer.bias
-    x = torch.randn(1000, 2, generator=torch.Generator().manual_seed(data_seed(seed)),
-                    dtype=torch.float64)
+    x = to_unit_device(torch.randn(1000, 2, generator=torch.Generator().manual_seed(data_seed(seed)),
+                                   dtype=torch.float64))
     with torch.no_grad():
-        stacked = nn.Sequential(*layers)(x)
+        stacked = stack(x)
         collapsed = x @ weight.T + bias
     linear_acc, _ = _train_spirals(config, "identity", seed)
     relu_acc, _ = _train_spirals(config, "relu", seed)
@@ -120,8 +123,8 @@ def constant_start(config: PitfallsConfig, seed: int) -> dict:
 
 def default_linear_scale(seed: int, depth: int = 20, width: int = 64, n: int = 1000) -> dict:
     """Spread of a deep ReLU stack's outputs across inputs: torch default vs kaiming_normal_."""
-    x = torch.randn(n, width, generator=torch.Generator().manual_seed(data_seed(seed)),
-                    dtype=torch.float64)
+    x = to_unit_device(torch.randn(n, width, generator=torch.Generator().manual_seed(data_seed(seed)),
+                                   dtype=torch.float64))
     spreads = {}
     for name in ("default", "kaiming"):
         with torch.random.fork_rng():
@@ -134,7 +137,7 @@ def default_linear_scale(seed: int, depth: int = 20, width: int = 64, n: int = 1
                     nn.init.zeros_(linear.bias)
                 layers += [linear, nn.ReLU()]
         with torch.no_grad():
-            out = nn.Sequential(*layers)(x)
+            out = place(nn.Sequential(*layers))(x)
         # std over the inputs, averaged over the output units
         spreads[name] = float(out.std(dim=0, unbiased=False).mean())
         spreads[f"{name}_mean_abs_output"] = float(out.abs().mean())
@@ -158,8 +161,8 @@ def wrong_fan_in_axis(seed: int, fan_in: int = 300, fan_out: int = 100) -> dict:
 def uniform_bound_as_std(seed: int, depth: int = 10, width: int = 256, n: int = 1000) -> dict:
     """Output variance of a ReLU stack with He's uniform bound used as the normal std, over He's."""
     generator = torch.Generator().manual_seed(seed)
-    x = torch.randn(n, width, generator=generator, dtype=torch.float64)
-    draws = [torch.randn(width, width, generator=generator, dtype=torch.float64)
+    x = to_unit_device(torch.randn(n, width, generator=generator, dtype=torch.float64))
+    draws = [to_unit_device(torch.randn(width, width, generator=generator, dtype=torch.float64))
              for _ in range(depth)]
     std = weight_std("he", width, width)
     variances = {}
@@ -180,10 +183,10 @@ def variance_vs_second_moment(seed: int, depth: int = 10, width: int = 256, n: i
     variance = m.second_moment - m.mean**2
     right, wrong = 1.0 / math.sqrt(m.second_moment), 1.0 / math.sqrt(variance)
     generator = torch.Generator().manual_seed(seed)
-    x = torch.randn(n, width, generator=generator, dtype=torch.float64)
+    x = to_unit_device(torch.randn(n, width, generator=generator, dtype=torch.float64))
     a = x
     for _ in range(depth):
-        weight = torch.randn(width, width, generator=generator, dtype=torch.float64)
+        weight = to_unit_device(torch.randn(width, width, generator=generator, dtype=torch.float64))
         z = a @ (wrong / math.sqrt(width) * weight).T
         a = torch.relu(z)
     return {"relu_variance": variance, "right_gain": right, "wrong_gain": wrong,

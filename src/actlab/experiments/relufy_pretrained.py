@@ -26,7 +26,14 @@ import torch.nn.functional as F
 
 from actlab.data.text import docstrings
 from actlab.errors import ConfigError
-from actlab.hf import encode_each, load_hf_model, mean_pooled, mlp_sites, sentence_embeddings
+from actlab.hf import (
+    batched_embeddings,
+    encode_each,
+    load_hf_model,
+    mean_pooled,
+    mlp_sites,
+    sentence_embeddings,
+)
 from actlab.plotting import pyplot
 from actlab.runner.claims import claim_id
 from actlab.runner.experiment import (
@@ -102,10 +109,7 @@ class RelufyPretrainedExperiment(Experiment):
             _record(result, "original", seeds[0], original, eval_inputs, reference)
             batch = tokenizer(train_texts, truncation=True, max_length=config.max_tokens,
                               padding="max_length", return_tensors="pt")
-            with torch.no_grad():
-                teacher = torch.cat([
-                    mean_pooled(original(input_ids=ids, attention_mask=mask).last_hidden_state, mask)
-                    for ids, mask in zip(batch["input_ids"].split(32), batch["attention_mask"].split(32))])
+            teacher = batched_embeddings(original, batch["input_ids"], batch["attention_mask"])
             for seed in seeds:
                 model = copy.deepcopy(original)
                 patch_(model, "relu")
@@ -180,7 +184,7 @@ class RelufyPretrainedExperiment(Experiment):
 def _record(result: UnitResult, stage: str, seed: int, model, inputs, reference) -> None:
     sites = list(mlp_sites(model))
     table = probe_forward(model, inputs, metrics=("sparsity", "preact_neg_frac"),
-                          activations=sites, forward=lambda item: model(**item))
+                          activations=sites)
     for row in table.itertuples():
         result.add(stage, seed, 0, str(sites.index(row.layer)), row.metric, row.value)
     cosine = F.cosine_similarity(sentence_embeddings(model, inputs), reference, dim=-1)

@@ -37,6 +37,7 @@ from actlab.runner.experiment import (
     UnitResult,
     register,
 )
+from actlab.train.placement import to_model_device
 
 # name -> (activation, scheme, gain or None, fixed std or None)
 PROFILE_SETTINGS: dict[str, tuple[str, str, float | None, float | None]] = {
@@ -152,9 +153,9 @@ class SignalExperiment(Experiment):
                                      config.saturation_threshold, gradients=False)
                     if part == "histograms":
                         with torch.no_grad():
-                            trace = model.trace(inputs)
+                            trace = model.trace(to_model_device(model, inputs))
                         edges = HIST_EDGES[setting[0]]
-                        counts = [np.histogram(a.numpy().ravel(), bins=edges)[0].tolist()
+                        counts = [np.histogram(a.cpu().numpy().ravel(), bins=edges)[0].tolist()
                                   for a in trace.activations]
                         result.data.setdefault("histograms", {})[f"{run}/{seed}"] = {
                             "edges": edges.tolist(), "counts": counts}

@@ -39,6 +39,7 @@ from actlab.runner.experiment import (
     register,
 )
 from actlab.train.classify import OPTIMIZERS, TrainSettings, torch_threads
+from actlab.train.placement import place, to_model_device
 
 CONDITIONS = ("unshifted", "shifted")
 EARLY_FRACTION = 0.05  # "early" comparison point: the checkpoint nearest 5% of training
@@ -96,7 +97,7 @@ def stream_statistics(model: Any, x: torch.Tensor) -> dict[tuple[str, str], floa
     probe = Probe(model, every=[0], blocks=list(model.blocks), weights=False,
                   metrics=["hidden_mean", "act_mean"])
     try:
-        model(x)
+        model(to_model_device(model, x))
         probe.step()
         table = probe.table()
     finally:
@@ -120,9 +121,9 @@ def train_vit(config: ViTShiftConfig, activation: str, seed: int, data: Any,
     from actlab.train.classify import evaluate, train
 
     torch.manual_seed(seed)  # same seed, same initial weights for both activations
-    model = ViT(image_size=8, patch_size=config.patch_size, in_channels=1,
-                num_classes=data.num_classes, dim=config.dim, depth=config.depth,
-                heads=config.heads, mlp_ratio=config.mlp_ratio, activation=activation)
+    model = place(ViT(image_size=8, patch_size=config.patch_size, in_channels=1,
+                      num_classes=data.num_classes, dim=config.dim, depth=config.depth,
+                      heads=config.heads, mlp_ratio=config.mlp_ratio, activation=activation))
     checkpoints = set(analysis.log_steps(config.steps, config.log_points))
 
     def checkpoint(updates: int) -> None:

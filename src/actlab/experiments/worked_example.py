@@ -197,6 +197,7 @@ class WorkedExampleExperiment(Experiment):
     Config = WorkedExampleConfig
     default_seeds = 1
     seeds_per_unit = None
+    host_only = "hand-worked float64 examples of a few units"
 
     def run_unit(self, config: WorkedExampleConfig, unit: dict, seeds: list[int],
                  ctx: UnitContext) -> UnitResult:

@@ -26,6 +26,7 @@ from dataclasses import asdict, dataclass
 import torch
 
 from actlab.nn.deep_mlp import DeepMLP
+from actlab.train.placement import to_model_device
 
 # Per-example cost from (output net input, targets) -> one value per example.
 PerExampleCost = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
@@ -74,8 +75,10 @@ def signal_profile(
     """Measure activation, net-input, error and weight-gradient sizes of every hidden layer.
 
     ``gradients=False`` skips the backward pass (error and gradient fields are then ``nan``).
+    The data is moved to the model's device.
     """
     nan = math.nan
+    inputs, targets = to_model_device(model, inputs, targets)
     with torch.set_grad_enabled(gradients):
         trace = model.trace(inputs)
         per_example = cost(trace.output, targets)
@@ -119,9 +122,10 @@ def weight_grad_norms(
     """Frobenius norms of the weight gradients of the mean cost on ``(inputs, targets)``.
 
     ``layers`` defaults to ``model.linears`` (every linear layer, output last). The caller's
-    ``.grad`` fields are not touched.
+    ``.grad`` fields are not touched. The data is moved to the model's device.
     """
     layers = list(model.linears) if layers is None else layers
+    inputs, targets = to_model_device(model, inputs, targets)
     loss = cost(model(inputs), targets).mean()
     grads = torch.autograd.grad(loss, [layer.weight for layer in layers])
     return [float(g.norm()) for g in grads]

@@ -37,6 +37,7 @@ from torch import nn
 
 from actlab import init
 from actlab.errors import ConfigError, did_you_mean
+from actlab.train.placement import place
 
 Norm = Literal["batch", "layer"] | None
 SCHEMES = ("xavier", "he", "torch-default", "fixed-point", "orthogonal", "std")
@@ -254,8 +255,12 @@ def deep_mlp(
     residual: bool = False,
     seed: int = 0,
     dtype: torch.dtype = torch.float64,
+    device: str | torch.device | None = None,
 ) -> DeepMLP:
     """Build and initialise a :class:`DeepMLP` from a seed (float64 by default).
+
+    The weights are drawn on the CPU (the same numbers on every device) and the model is
+    then moved to ``device`` (default: the unit's device, :mod:`actlab.train.placement`).
 
     >>> model = deep_mlp(2, 32, 20, activation="relu", scheme="he", seed=0)
     >>> len(model.hidden), model.output.out_features
@@ -264,4 +269,5 @@ def deep_mlp(
     model = DeepMLP(in_features, width, depth, out_features, activation=activation, norm=norm,
                     residual=residual, dtype=dtype)
     generator = torch.Generator().manual_seed(int(seed))
-    return initialize_deep_mlp_(model, scheme, gain=gain, std=std, generator=generator)
+    initialize_deep_mlp_(model, scheme, gain=gain, std=std, generator=generator)
+    return place(model, device)

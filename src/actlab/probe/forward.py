@@ -8,18 +8,26 @@ from typing import Any
 import torch
 from torch import nn
 
+from actlab.train.placement import model_device
+
+
+def move_batch(batch: Any, device: torch.device) -> Any:
+    """``batch`` with its tensors on ``device``: a tensor, or a dict/tuple/list of them."""
+    if isinstance(batch, torch.Tensor):
+        return batch.to(device)
+    if isinstance(batch, Mapping):
+        return {k: move_batch(v, device) for k, v in batch.items()}
+    if isinstance(batch, (list, tuple)):
+        return type(batch)(move_batch(v, device) for v in batch)
+    return batch
+
 
 def default_forward(model: nn.Module, batch: Any) -> Any:
     """Run ``model`` on ``batch``: a dict as keywords, a tuple/list by its first element, a
-    tensor as it is; tensors are moved to the device of the model's first parameter."""
-    param = next(model.parameters(), None)
-    device = param.device if param is not None else None
-
-    def move(x: Any) -> Any:
-        return x.to(device) if isinstance(x, torch.Tensor) and device is not None else x
-
+    tensor as it is; tensors are moved to the model's device first."""
+    batch = move_batch(batch, model_device(model))
     if isinstance(batch, Mapping):
-        return model(**{k: move(v) for k, v in batch.items()})
+        return model(**batch)
     if isinstance(batch, (list, tuple)):
-        return model(move(batch[0]))
-    return model(move(batch))
+        return model(batch[0])
+    return model(batch)

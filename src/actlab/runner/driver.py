@@ -252,7 +252,12 @@ def run_experiment(
     run_dir.prepare(options.resume)
     run_dir.write_json("config.json", config_record)
     use_strict_float32()  # as every unit does; env.json then records the flags units run under
-    run_dir.write_json("env.json", environment(options.device, options.command))
+    env = environment(options.device, options.command)
+    if experiment.host_only and options.device != "cpu":
+        env["computes_on"] = "cpu"
+        print(f"note: {experiment.name} computes on the CPU ({experiment.host_only})",
+              file=sys.stderr)
+    run_dir.write_json("env.json", env)
 
     todo = [u for u in plan.units if not (options.resume and run_dir.finished_unit(u.id))]
     outcome = RunOutcome(experiment.name, run_dir.path, len(plan.units), len(plan.units) - len(todo))

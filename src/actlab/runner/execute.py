@@ -134,13 +134,17 @@ def execute_unit(task: UnitTask, config: Any = None) -> dict[str, Any]:
         _import_experiment_module(task)
         from actlab.runner.config import build_config
         from actlab.runner.experiment import get_experiment
+        from actlab.train.placement import on_device
 
         experiment = get_experiment(task.experiment)
         if config is None:
             config = build_config(experiment.Config, task.config)
         workdir.mkdir(parents=True, exist_ok=True)
         ctx = UnitContext(workdir=workdir, device=torch.device(task.device), progress=_progress(task.quiet))
-        result = experiment.run_unit(config, dict(task.unit), list(task.seeds), ctx)
+        if experiment.host_only:
+            ctx.device = torch.device("cpu")
+        with on_device(ctx.device):  # the engine and data modules place everything here
+            result = experiment.run_unit(config, dict(task.unit), list(task.seeds), ctx)
         if not isinstance(result, UnitResult):
             raise TypeError(f"run_unit must return a UnitResult, got {type(result).__name__}")
         if result.status not in VALID_STATUSES:

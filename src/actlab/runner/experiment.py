@@ -127,6 +127,9 @@ class Experiment:
     default_seeds: ClassVar[int] = 3
     seeds_per_unit: ClassVar[int | None] = 1  # None: all seeds in one unit (ensembles)
     headline_figure: ClassVar[str | None] = None  # figures/<name>.png shown in the index
+    # Why the experiment computes on the CPU whatever ``--device`` says (hand-sized float64
+    # examples gain nothing from an accelerator); empty: it runs on the unit's device.
+    host_only: ClassVar[str] = ""
 
     def units(self, config: Any) -> list[dict[str, Any]]:
         """Split the work besides seeds (e.g. one unit per activation). JSON-serialisable dicts."""

@@ -27,6 +27,7 @@ from actlab.train.ensemble import DEFAULT_CONDITION, Ensemble, EnsembleTrainer
 from actlab.train.functional_optim import FunctionalSGD
 from actlab.train.loop import STATUS_DIVERGED, Trainer
 from actlab.train.losses import bce_logits
+from actlab.train.placement import to_model_device, to_unit_device
 from actlab.train.settings import TrainSettings
 from actlab.train.supervised import torch_threads
 
@@ -119,7 +120,8 @@ class _EpochCost(Callback):
     def on_step(self, trainer, step: int, loss) -> None:
         """Record the epoch's cost (a host synchronisation, once per epoch)."""
         with torch.no_grad():
-            cost = float(mean_bce(self.model(self.x), self.y))
+            x, y = to_model_device(self.model, self.x, self.y)
+            cost = float(mean_bce(self.model(x), y))
         finite = math.isfinite(cost)
         self.run.costs.append(cost if finite else math.nan)
         if not finite:
@@ -215,12 +217,14 @@ def _train_binary_sgd_ensemble(models, x, y, *, lr, batch_size, epochs, seeds,
     ensemble = Ensemble(models)
     trainer = EnsembleTrainer(ensemble, mean_bce, FunctionalSGD(lr=lr), inputs="per_seed")
     count, n = x.shape[0], x.shape[1]
+    x, y = to_unit_device(x, y, device=ensemble.device)
+    # CPU generators: the same permutations on every device (moved once per epoch)
     generators = [torch.Generator().manual_seed(s) for s in seeds]
     runs = [BinaryRun() for _ in models]
     # Members still training; a stopped member is frozen by the trainer (its parameters stay
     # where the loop run would have left them).
     active = [True] * count
-    rows = torch.arange(count).unsqueeze(1)
+    rows = torch.arange(count, device=ensemble.device).unsqueeze(1)
 
     def record(epoch: int) -> None:
         with torch.no_grad():
@@ -247,7 +251,7 @@ def _train_binary_sgd_ensemble(models, x, y, *, lr, batch_size, epochs, seeds,
         # Every active member draws its permutation from its own stream, as in the loop (a
         # stopped member draws no more, as its loop run would not).
         order = torch.stack([torch.randperm(n, generator=g) if a else torch.arange(n)
-                             for g, a in zip(generators, active)])
+                             for g, a in zip(generators, active)]).to(ensemble.device)
         for start in range(0, n - batch_size + 1, batch_size):
             if bool(trainer.diverged.all()):
                 break  # every member has stopped: nothing left to compute this epoch
@@ -264,6 +268,7 @@ def _train_binary_sgd_ensemble(models, x, y, *, lr, batch_size, epochs, seeds,
 @torch.no_grad()
 def binary_accuracy(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
     """Share of points whose sigmoid output falls on the side of their label (nan if non-finite)."""
+    x, y = to_model_device(model, x, y)
     logits = model(x).reshape(-1)
     if not torch.isfinite(logits).all():
         return math.nan

@@ -50,6 +50,7 @@ from torch.func import functional_call, stack_module_state
 from actlab.train.allocator import keep_freed_memory
 from actlab.train.callbacks import Callback, fire
 from actlab.train.functional_optim import FunctionalOptimizer
+from actlab.train.placement import resolve_device
 
 InputMode = Literal["shared", "per_seed"]
 LossFn = Callable[[Any, Any], Tensor]
@@ -95,6 +96,9 @@ class Ensemble:
             other conditions, e.g. in their activation). The caller's models are copied,
             never modified.
         randomness: passed to :func:`torch.vmap` (``"error"``, ``"different"``, ``"same"``).
+        device: where the stacked parameters and buffers live (default: the unit's device,
+            :func:`~actlab.train.placement.unit_device`); the trainer and optimizer state
+            follow them.
     """
 
     def __init__(
@@ -102,7 +106,9 @@ class Ensemble:
         models: Mapping[str, Sequence[nn.Module]] | Sequence[nn.Module],
         *,
         randomness: str = "error",
+        device: str | torch.device | None = None,
     ) -> None:
+        where = resolve_device(device)
         if not isinstance(models, Mapping):
             models = {DEFAULT_CONDITION: list(models)}
         if not models:
@@ -121,9 +127,10 @@ class Ensemble:
         self._templates: dict[str, nn.Module] = {}
         for name, group in models.items():
             params, buffers = stack_module_state(list(group))
-            self.params[name] = params
-            self.buffers[name] = {k: v.detach() for k, v in buffers.items()}
-            self._prototypes[name] = copy.deepcopy(group[0])
+            self.params[name] = {k: v.detach().to(where).requires_grad_(v.requires_grad)
+                                 for k, v in params.items()}
+            self.buffers[name] = {k: v.detach().to(where) for k, v in buffers.items()}
+            self._prototypes[name] = copy.deepcopy(group[0]).to(where)
             # A stateless skeleton to call with the stacked tensors; "meta" holds no storage.
             self._templates[name] = _template_for(group)
 
@@ -132,6 +139,11 @@ class Ensemble:
     def num_members(self) -> int:
         """Conditions x seeds."""
         return len(self.conditions) * self.num_seeds
+
+    @property
+    def device(self) -> torch.device:
+        """Where the stacked parameters live."""
+        return next(iter(self.params[self.conditions[0]].values())).device
 
     def parameters(self) -> list[Tensor]:
         """Every stacked trainable tensor, condition by condition, in ``named_parameters`` order."""
@@ -294,7 +306,7 @@ class EnsembleTrainer:
         if self.keep_freed_memory:
             keep_freed_memory()
         ens = self.ensemble
-        device = next(iter(ens.params[ens.conditions[0]].values())).device
+        device = ens.device
         self.diverged = torch.zeros(len(ens.conditions), ens.num_seeds, dtype=torch.bool,
                                     device=device)
         # Read divergence flags back to the host only on the CPU, where it costs nothing.

@@ -19,6 +19,7 @@ import json
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -28,8 +29,10 @@ from torch import nn
 from actlab.data.text import TextCorpus, load_corpus, sample_batch
 from actlab.errors import ConfigError
 from actlab.nn.gpt import GPT, GPTConfig
+from actlab.probe.forward import default_forward
 from actlab.train.distributed import DistInfo, cleanup, init_distributed, wrap_model
 from actlab.train.loop import Batch, TrainConfig, Trainer, TrainResult
+from actlab.train.placement import resolve_device
 
 EVAL_SEED = 2024  # validation windows are the same for every run and seed
 
@@ -74,7 +77,7 @@ def train_gpt(model_config: GPTConfig, train_config: TrainConfig, corpus: TextCo
     probes before training (it must match ``model_config``). Under DDP the returned model is
     the unwrapped module.
     """
-    dist = dist or DistInfo()
+    dist = dist or DistInfo(device=resolve_device(train_config.device))
     if model is None:
         model = GPT(model_config, seed=seed)
     model = model.to(dist.device)
@@ -156,12 +159,14 @@ def probe_forward(model: nn.Module, inputs: Iterable[Any], *, metrics: Sequence[
 
     The model runs in eval mode without gradients (its previous mode is restored), so
     running statistics (percentile norms) are not touched. ``forward(item)`` defaults to
-    ``model(item)``. Returns the tidy frame (layer, metric, value), all passes pooled.
+    ``model(item)`` with the item's tensors on the model's device (a dict as keywords).
+    Returns the tidy frame (layer, metric, value), all passes pooled.
     """
     from actlab.probe.measure import measure_once
 
     return measure_once(model, inputs, metrics=metrics, activations=activations, blocks=blocks,
-                        eps=eps, forward=forward or model, eval_mode=True)
+                        eps=eps, forward=forward or partial(default_forward, model),
+                        eval_mode=True)
 
 
 def _parser() -> argparse.ArgumentParser:

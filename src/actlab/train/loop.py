@@ -46,6 +46,7 @@ from actlab.errors import ConfigError
 from actlab.train.callbacks import Callback, DivergenceStop, EveryStep, fire
 from actlab.train.distributed import DistInfo, all_reduce_mean, shard, unwrap_model
 from actlab.train.optim import optimizer_for
+from actlab.train.placement import resolve_device
 from actlab.train.settings import DTYPES, SCHEDULES, TrainSettings, choose  # noqa: F401
 
 STATUS_OK = "ok"
@@ -172,7 +173,8 @@ class Trainer:
         train_batch: ``step -> global batch`` (tuple of tensors, batch along dim 0).
         eval_batches: ``() -> iterable of global batches`` for the validation loss, or None.
         loss_fn: ``(model, batch) -> scalar loss``; default calls ``model(x, targets=y)``.
-        dist: this process's place (default: single process on CPU).
+        dist: this process's place (default: one process on ``config.device``, which
+            ``None`` makes the unit's device, see :mod:`actlab.train.placement`).
         checkpoint_dir: where ``last.safetensors`` goes (None: no checkpoints).
         callbacks: :class:`~actlab.train.callbacks.Callback` objects; a
             :class:`~actlab.train.callbacks.DivergenceStop` checking every step is added
@@ -191,7 +193,7 @@ class Trainer:
                  on_step: Callable[[int, float], None] | None = None,
                  progress: Callable[..., Iterable] | None = None) -> None:
         self.config = config
-        self.dist = dist or DistInfo()
+        self.dist = dist or DistInfo(device=resolve_device(getattr(config, "device", None)))
         self.model = model.to(self.dist.device)
         if config.dtype == "float64" and any(p.dtype != torch.float64 for p in model.parameters()):
             if model is not unwrap_model(model):

@@ -42,7 +42,8 @@ class TrainSettings:
     """How to train (see the module docstring). Defaults: Adam 1e-3, constant rate, no clipping.
 
     ``decay_vectors=False`` keeps weight decay off biases and norm gains (parameters of
-    fewer than 2 dims). ``eval_every``, ``log_every``, ``checkpoint_every`` and ``compile``
+    fewer than 2 dims). ``device`` ``None`` is the unit's device
+    (:func:`~actlab.train.placement.unit_device`, the CPU outside a run). ``eval_every``, ``log_every``, ``checkpoint_every`` and ``compile``
     are read by the single-model :class:`~actlab.train.loop.Trainer`.
     """
 
@@ -61,7 +62,7 @@ class TrainSettings:
     batch_size: int = 128
     loss: str = "cross_entropy"
     dtype: str = "float32"
-    device: str = "cpu"
+    device: str | None = None
     seed: int = 0
     eval_every: int = 0
     log_every: int = 1

@@ -23,6 +23,7 @@ from actlab.data.sampling import EpochBatches
 from actlab.train.callbacks import Callback, EveryStep, LossHistory
 from actlab.train.loop import STATUS_DIVERGED, STATUS_OK, Trainer, TrainResult
 from actlab.train.losses import canonical_loss, get_loss
+from actlab.train.placement import to_model_device
 from actlab.train.settings import TrainSettings
 
 __all__ = ["STATUS_DIVERGED", "STATUS_OK", "FitOutcome", "TrainResult", "activation_statistics",
@@ -93,8 +94,9 @@ def evaluate(model: nn.Module, x: Tensor, y: Tensor, *, loss: str = "cross_entro
     total, correct, n = 0.0, 0, 0
     try:
         for start in range(0, len(x), batch_size):
-            out = model(x[start:start + batch_size])
-            target = y[start:start + batch_size]
+            inputs, target = to_model_device(model, x[start:start + batch_size],
+                                             y[start:start + batch_size])
+            out = model(inputs)
             total += float(criterion(out, target)) * len(target)
             if name == "cross_entropy":
                 correct += int((out.argmax(-1) == target).sum())
@@ -122,7 +124,8 @@ def activation_statistics(model: nn.Module, x: Tensor, *, batch_size: int = 512,
     was_training = model.training
     model.train(not eval_mode)
     try:
-        batches = (x[start:start + batch_size] for start in range(0, len(x), batch_size))
+        batches = (to_model_device(model, x[start:start + batch_size])
+                   for start in range(0, len(x), batch_size))
         table = measure_once(model, batches, metrics=metrics)
     finally:
         model.train(was_training)
