@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint venv clean gpu-check
+.PHONY: demo test lint venv clean gpu-check gpu-bench
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -25,6 +25,10 @@ test: $(STAMP)
 # On a GPU machine: the CUDA tests with the machine's own python3 (no venv, no install).
 gpu-check:
 	PYTHONPATH=src MPLBACKEND=Agg $(PYTHON) tools/gpu_check.py
+
+# The GPU benchmark (one GPU, about 10 minutes with teacher-student --full); last line JSON.
+gpu-bench:
+	PYTHONPATH=src MPLBACKEND=Agg $(PYTHON) benchmarks/gpu.py
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks

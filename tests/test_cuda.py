@@ -221,3 +221,24 @@ def test_quick_reproduction_on_cuda_keeps_the_cpu_verdicts(tmp_path):
                 moved.append((claim["id"], reference.get("held"), claim.get("held")))
     assert not failed, failed
     assert not moved, moved
+
+
+def test_compiled_language_model_training_matches_eager_to_bf16_tolerance():
+    import numpy as np
+
+    from actlab.data.text import TextCorpus
+    from actlab.train.lm import LMScale, train_gpt
+    from actlab.train.placement import on_device
+
+    text = np.frombuffer(("def f(x):\n    return x * 2\n" * 400).encode(), dtype=np.uint8)
+    corpus = TextCorpus(train=text, val=text[:4000], name="tiny", n_files=1)
+    losses = {}
+    for mode in ("off", "on"):
+        scale = LMScale(n_layer=2, n_embd=64, block_size=64, batch_size=8, steps=30, warmup=3,
+                        eval_every=10, dtype="bfloat16", compile_model=mode)
+        with on_device("cuda"):
+            _, result = train_gpt(scale.model_config(), scale.train_config(), corpus, seed=0,
+                                  batch_size=8, eval_batches=2)
+        losses[mode] = [v for _, v in result.series("val_loss")]
+    torch.testing.assert_close(torch.tensor(losses["on"]), torch.tensor(losses["off"]),
+                               rtol=0.02, atol=0.02)

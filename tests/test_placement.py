@@ -79,3 +79,14 @@ def test_trainer_uses_the_settings_device_or_else_the_units():
         pinned = Trainer(nn.Linear(2, 2), TrainSettings(steps=1, device="cpu"),
                          lambda step: (torch.ones(1, 2),))
     assert pinned.dist.device.type == "cpu"
+
+
+def test_language_models_compile_on_cuda_only_unless_told():
+    from actlab.train.lm import LMScale
+
+    scale = LMScale(steps=10, warmup=2)
+    assert scale.compiles() is False and scale.train_config().compile is False
+    with on_device("cuda"):  # a device name is enough: nothing runs there
+        assert scale.compiles() is True and scale.train_config().compile is True
+        assert LMScale(steps=10, warmup=2, compile_model="off").train_config().compile is False
+    assert LMScale(steps=10, warmup=2, compile_model="on").compiles() is True

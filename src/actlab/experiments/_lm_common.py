@@ -49,6 +49,9 @@ def train_and_record(config: LMScale, model: GPT, corpus: TextCorpus, seed: int,
         for key in losses:
             if key in record:
                 result.add(run, seed, record["step"], "", key, record[key])
+    # whether the model trained compiled, and the first update's time (holding the compile)
+    result.add(run, seed, 0, "", "compiled", float(config.compiles()))
+    result.add(run, seed, 0, "", "first_step_s", outcome.first_step_s)
     if outcome.status != STATUS_OK:
         result.status = STATUS_DIVERGED
     return outcome

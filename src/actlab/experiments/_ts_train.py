@@ -188,7 +188,8 @@ def train_students(
     if curv_steps and curvature_fn is not None:
         callbacks.append(curv := CurvatureSchedule(curvature_targets, measure=curvature_fn,
                                                    at=curv_steps))
-    stream = GaussianStream(seeds, settings.batch_size, settings.d, engine.torch_dtype)
+    stream = GaussianStream(seeds, settings.batch_size, settings.d, engine.torch_dtype,
+                            generate_on_device=settings.data_on_device)
 
     def batch(_: int) -> tuple[Tensor, Tensor]:
         x = next(stream)

@@ -97,7 +97,8 @@ class GatedFFNExperiment(Experiment):
     description = ("GPT with plain relu/gelu FFNs vs ReGLU/GEGLU/SwiGLU at matched parameters: "
                    "widths, params, FLOPs/token, peak memory, tokens/s, val loss (seed 002).")
     Config = GatedFFNConfig
-    quick = {"n_layer": 2, "n_embd": 64, "block_size": 64, "batch_size": 16, "steps": 250,
+    quick = {"compile_model": "off",
+             "n_layer": 2, "n_embd": 64, "block_size": 64, "batch_size": 16, "steps": 250,
              "lr": 3e-3, "warmup": 25, "eval_every": 50, "eval_batches": 4, "timing_repeats": 3}
     default_seeds = 3
     seeds_per_unit = 1

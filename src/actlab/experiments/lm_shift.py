@@ -87,7 +87,8 @@ class LMShiftExperiment(Experiment):
     description = ("GPT on the stdlib corpus, gelu/relu unshifted vs :adaptive, 3 seeds: loss "
                    "residual over training and hidden-state mean trajectories (seed 000 §4.3).")
     Config = LMShiftConfig
-    quick = {"n_layer": 2, "n_embd": 64, "block_size": 64, "batch_size": 16, "steps": 300,
+    quick = {"compile_model": "off",
+             "n_layer": 2, "n_embd": 64, "block_size": 64, "batch_size": 16, "steps": 300,
              "lr": 3e-3, "warmup": 30, "eval_every": 25, "eval_batches": 4, "probe_every": 10}
     default_seeds = 3
     seeds_per_unit = 1

@@ -72,7 +72,8 @@ class SpikesExperiment(Experiment):
     description = ("GPT with relu, gelu, relu2, gelu2, relu2 clipped at 15/50, 3 seeds: per-layer "
                    "range of the down-projection input, val loss, sparsity (seed 003 §6).")
     Config = SpikesConfig
-    quick = {"n_layer": 4, "n_embd": 64, "block_size": 64, "batch_size": 16, "steps": 160,
+    quick = {"compile_model": "off",
+             "n_layer": 4, "n_embd": 64, "block_size": 64, "batch_size": 16, "steps": 160,
              "lr": 3e-3, "warmup": 16, "eval_every": 40, "eval_batches": 4}
     default_seeds = 3
     seeds_per_unit = 1

@@ -33,6 +33,7 @@ from actlab.probe.forward import default_forward
 from actlab.train.distributed import DistInfo, cleanup, init_distributed, wrap_model
 from actlab.train.loop import Batch, TrainConfig, Trainer, TrainResult
 from actlab.train.placement import resolve_device
+from actlab.train.settings import choose
 
 EVAL_SEED = 2024  # validation windows are the same for every run and seed
 
@@ -91,6 +92,9 @@ def train_gpt(model_config: GPTConfig, train_config: TrainConfig, corpus: TextCo
     return model, result
 
 
+COMPILE_CHOICES = ("auto", "on", "off")
+
+
 @dataclass
 class LMScale:
     """Model, data and optimisation fields shared by the language-model experiments.
@@ -118,8 +122,12 @@ class LMScale:
     log_every: int = 10
     dtype: str = "float32"
     threads: int = 1
+    # torch.compile for training: "auto" compiles on CUDA only (a compile costs ~20 s, which
+    # pays off over thousands of GPU steps, not on the CPU); "on" / "off" force it.
+    compile_model: str = "auto"
 
     def __post_init__(self) -> None:
+        choose("compile_model", self.compile_model, COMPILE_CHOICES)
         self.model_config()  # ConfigError names the bad field
         self.train_config()
         if self.batch_size < 1:
@@ -134,8 +142,15 @@ class LMScale:
         return _config_from(GPTConfig, self, overrides)
 
     def train_config(self, **overrides: Any) -> TrainConfig:
-        """The :class:`TrainConfig` of these fields, with ``overrides``."""
-        return _config_from(TrainConfig, self, overrides)
+        """The :class:`TrainConfig` of these fields, with ``overrides``; ``compile`` follows
+        ``compile_model`` on the unit's device."""
+        return _config_from(TrainConfig, self, {"compile": self.compiles(), **(overrides or {})})
+
+    def compiles(self, device: str | torch.device | None = None) -> bool:
+        """Whether training compiles the model on ``device`` (default: the unit's)."""
+        if self.compile_model == "auto":
+            return resolve_device(device).type == "cuda"
+        return self.compile_model == "on"
 
     def corpus(self) -> TextCorpus:
         """The text corpus named by ``data``."""

@@ -134,6 +134,8 @@ class TrainResult:
     history: list[dict[str, float]] = field(default_factory=list)
     seconds: float = 0.0
     losses: list[float] = field(default_factory=list)
+    # Host time of this fit's first update: with ``compile`` it holds the compilation.
+    first_step_s: float = math.nan
 
     def series(self, key: str) -> list[tuple[int, float]]:
         """``(step, value)`` pairs of one logged quantity."""
@@ -261,7 +263,9 @@ class Trainer:
         last = config.steps if status == STATUS_OK else self.step
         steps = self.progress(range(self.step, last), desc="train", initial=self.step,
                               total=config.steps)
+        first_step_s, first = math.nan, self.step
         for step in steps:
+            step_start = time.perf_counter()
             lr = lr_at(step, config)
             for group in self.optimizer.param_groups:
                 group["lr"] = lr
@@ -281,6 +285,8 @@ class Trainer:
             self.optimizer.step()
             self.optimizer.zero_grad(set_to_none=True)
             self.step = step + 1
+            if step == first:
+                first_step_s = time.perf_counter() - step_start
             running += reported.double()
             running_n += 1
             reason = fire(self.callbacks, "on_step", self, self.step, reported)
@@ -305,7 +311,8 @@ class Trainer:
             callback.on_end(self)
         if self.checkpoint_dir is not None and status == STATUS_OK:
             self.save_checkpoint()
-        return TrainResult(status, self.step, list(self.history), time.perf_counter() - start)
+        return TrainResult(status, self.step, list(self.history), time.perf_counter() - start,
+                           first_step_s=first_step_s)
 
     # ------------------------------------------------------------------ checkpoints
     @property
