@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -37,11 +36,7 @@ from actlab.nn.gpt import GPT, GPTConfig
 from actlab.nn.residual_mlp import ResidualMLP
 from actlab.train.ensemble import Ensemble, EnsembleTrainer, count_step_flops
 from actlab.train.functional_optim import FunctionalAdam
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
+from actlab.train.loop import median_seconds
 
 
 def _peak_reset(device: torch.device) -> None:
@@ -54,17 +49,8 @@ def _peak_gib(device: torch.device) -> float | None:
 
 
 def timed(fn, device: torch.device, repeats: int, warmup: int = 3) -> float:
-    """Median seconds of ``fn()`` over ``repeats`` calls after ``warmup`` untimed ones."""
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(repeats):
-        _sync(device)
-        start = time.perf_counter()
-        fn()
-        _sync(device)
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+    """Median seconds of ``fn()`` (the engine's :func:`~actlab.train.loop.median_seconds`)."""
+    return median_seconds(fn, device, repeats, warmup)
 
 
 def matmul_tflops(device: torch.device, dtype: torch.dtype, size: int, repeats: int) -> float:
@@ -113,7 +99,8 @@ def gpt_figures(device: torch.device, config: GPTConfig, batch: int, repeats: in
 
     start = time.perf_counter()
     step()  # the compile, when compiling
-    _sync(device)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
     first = time.perf_counter() - start
     _peak_reset(device)
     seconds = timed(step, device, repeats)

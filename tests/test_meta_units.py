@@ -122,3 +122,17 @@ def test_the_harness_reads_meta_values_as_placeholders():
         x = torch.empty(3, device=META)
         assert float(x.sum()) == 0.5 and x.tolist() == [0.0, 0.0, 0.0]
         assert bool((x > 0).any()) is False
+
+
+def test_experiments_never_move_tensors_themselves():
+    # Placement is the engine's and the data modules' job (actlab.train.placement); an
+    # experiment may change a dtype, not a device.
+    import re
+
+    root = Path(__file__).resolve().parent.parent / "src" / "actlab" / "experiments"
+    move = re.compile(r"\.(cuda|cpu)\(|\.to\((?!dtype|torch\.(float|bfloat|double|long|int))"
+                      r"(?![a-z_]*\.dtype)")
+    offenders = [f"{path.name}:{n}" for path in sorted(root.glob("*.py"))
+                 for n, line in enumerate(path.read_text().splitlines(), start=1)
+                 if move.search(line) and "numpy()" not in line]
+    assert not offenders, offenders

@@ -19,6 +19,7 @@ from torch import nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from actlab.errors import ConfigError
+from actlab.probe.forward import move_batch
 from actlab.probe.probe import Probe
 
 PREFIX = "actlab"
@@ -87,16 +88,6 @@ class _LossModule(nn.Module):
         return self._loss(self.model, batch)
 
 
-def _to_device(batch: Any, device: torch.device) -> Any:
-    if isinstance(batch, torch.Tensor):
-        return batch.to(device)
-    if isinstance(batch, Mapping):
-        return {k: _to_device(v, device) for k, v in batch.items()}
-    if isinstance(batch, (list, tuple)):
-        return type(batch)(_to_device(v, device) for v in batch)
-    return batch
-
-
 def base_module(model: nn.Module) -> nn.Module:
     """The module under ``torch.compile`` / DDP wrappers (hooks and ``torch.func`` need it)."""
     while True:
@@ -115,7 +106,7 @@ def measure_curvature(model: nn.Module, spec: Curvature,
     # torch.func passes, and eval() draws no dropout masks from the global RNG.
     model = _without_hooks(base_module(model)).eval()
     param = next(model.parameters())
-    batch = _to_device(spec.batch, param.device)
+    batch = move_batch(spec.batch, param.device)
     op = HessianOperator(_LossModule(model, spec.loss or hf_loss), lambda out, _: out,
                          [((batch,), torch.zeros(1))])  # (batch,): one argument, even a tuple
     # fused attention kernels have no second derivative; the math kernel has

@@ -442,17 +442,8 @@ def measure_step(model: nn.Module, batch: Batch, loss_fn: LossFn = default_loss,
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
 
-    for _ in range(warmup):
-        one_step()
-    times = []
-    for _ in range(repeats):
-        _sync(device)
-        begin = time.perf_counter()
-        one_step()
-        _sync(device)
-        times.append(time.perf_counter() - begin)
-    times.sort()
-    tokens_per_s = batch[0].numel() / times[len(times) // 2]
+    step_seconds = median_seconds(one_step, device, repeats, warmup)
+    tokens_per_s = batch[0].numel() / step_seconds
 
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
@@ -474,7 +465,24 @@ def measure_step(model: nn.Module, batch: Batch, loss_fn: LossFn = default_loss,
         optimizer.zero_grad(set_to_none=True)
         param_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
         peak = float(4 * param_bytes + sum(saved.values()))
-    return {"tokens_per_s": tokens_per_s, "peak_bytes": peak, "step_seconds": times[len(times) // 2]}
+    return {"tokens_per_s": tokens_per_s, "peak_bytes": peak, "step_seconds": step_seconds}
+
+
+def median_seconds(fn: Callable[[], Any], device: torch.device, repeats: int = 5,
+                   warmup: int = 2) -> float:
+    """Median wall seconds of ``fn()`` over ``repeats`` calls after ``warmup`` untimed ones,
+    the device synchronised around each call (so CUDA work is inside the timing)."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeats):
+        _sync(device)
+        begin = time.perf_counter()
+        fn()
+        _sync(device)
+        times.append(time.perf_counter() - begin)
+    times.sort()
+    return times[len(times) // 2]
 
 
 def _sync(device: torch.device) -> None:
