@@ -32,7 +32,8 @@ from actlab.train.placement import on_device, unit_device  # noqa: E402
 # Quick scale, shortened further where the quick protocol is long on the CPU side (the meta
 # device makes tensor work free, not data loading, Python loops or numpy analysis).
 SHORTER: dict[str, dict] = {
-    "teacher-student": {"steps": 60, "curvature_points": 1, "landscape_points": 5},
+    "teacher-student": {"steps": 60, "curvature_points": 1, "curvature_seeds": 1,
+                        "landscape_points": 3},
     "ablations": {"steps": 60},
     "shift-sweep": {"steps": 40},
     "size-sweep": {"steps": 40},
