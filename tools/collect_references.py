@@ -46,16 +46,16 @@ SEED_VALUES = "claims_per_seed.json"  # {claim id: [value of seed 0, seed 1, ...
 MAX_TOTAL_BYTES = 15 * 2**20
 
 # Why an experiment has no reference run yet (shown instead of a value).
-# The GPT experiments' default scale (4 layers, width 128, context 128, batch 32, 2000 steps)
-# costs about 32x the quick scale's FLOPs per step (nanoGPT's count), about 31 minutes of
-# one core per unit from the quick scale's measured 29 ms per step.
-_LM_NOTE = ("default scale: {units} units x about 31 min of one CPU core (about {hours} h); "
-            "needs a GPU or a long CPU run; smaller-scale evidence is in "
-            "docs/results/{name}/evidence-*")
+# The GPT experiments' default scale (4 layers, width 128, context 128, batch 32, 2000 steps):
+# a training step measured 0.38 s on one core (0.018 s at the quick shape), so a unit is about
+# 13 minutes of one core before evaluation and probing.
+_LM_NOTE = ("default scale: {units} units x about 13 min of one CPU core each (a step measured "
+            "0.38 s), about {hours} h in all; needs a GPU or a long CPU run; smaller-scale "
+            "evidence is in docs/results/{name}/evidence-*")
 PENDING: dict[str, tuple[str, str]] = {
-    "lm-shift": ("pending (needs GPU)", _LM_NOTE.format(units=12, hours=6, name="lm-shift")),
-    "spikes": ("pending (needs GPU)", _LM_NOTE.format(units=18, hours=9, name="spikes")),
-    "gated-ffn": ("pending (needs GPU)", _LM_NOTE.format(units=15, hours=8, name="gated-ffn")),
+    "lm-shift": ("pending (needs GPU)", _LM_NOTE.format(units=12, hours=3, name="lm-shift")),
+    "spikes": ("pending (needs GPU)", _LM_NOTE.format(units=18, hours=4, name="spikes")),
+    "gated-ffn": ("pending (needs GPU)", _LM_NOTE.format(units=15, hours=3.5, name="gated-ffn")),
 }
 # Runs beyond the reference scale that are still to do, per experiment.
 EXTRA_PENDING: dict[str, str] = {
