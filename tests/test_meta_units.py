@@ -8,7 +8,7 @@ would do its matrix products on the CPU), and that no random operation used a ge
 on another device than its tensors (``meta`` accepts that silently; CUDA does not).
 
 CI runs one unit per code path (see ``PATH_FIELDS``); ``ACTLAB_META_ALL_UNITS=1`` runs every
-unit (about 9 minutes on 2 cores).
+unit (about 7 minutes).
 """
 
 from __future__ import annotations
