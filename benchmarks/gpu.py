@@ -48,16 +48,11 @@ def _peak_gib(device: torch.device) -> float | None:
     return torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else None
 
 
-def timed(fn, device: torch.device, repeats: int, warmup: int = 3) -> float:
-    """Median seconds of ``fn()`` (the engine's :func:`~actlab.train.loop.median_seconds`)."""
-    return median_seconds(fn, device, repeats, warmup)
-
-
 def matmul_tflops(device: torch.device, dtype: torch.dtype, size: int, repeats: int) -> float:
     """Square-matmul throughput in TFLOP/s (the baseline every fraction is taken against)."""
     a = torch.randn(size, size, device=device, dtype=dtype)
     b = torch.randn(size, size, device=device, dtype=dtype)
-    seconds = timed(lambda: torch.mm(a, b), device, repeats)
+    seconds = median_seconds(lambda: torch.mm(a, b), device, repeats, warmup=3)
     return 2 * size**3 / seconds / 1e12
 
 
@@ -74,7 +69,7 @@ def ensemble_figures(device: torch.device, shape: tuple[int, int, int], members:
     y = torch.randn(members, batch, d, device=device)
     flops = members * count_step_flops(models[0], F.mse_loss, x[0].cpu(), y[0].cpu())
     _peak_reset(device)
-    seconds = timed(lambda: trainer.step(x, y), device, repeats)
+    seconds = median_seconds(lambda: trainer.step(x, y), device, repeats, warmup=3)
     achieved = flops / seconds / 1e12
     return {"ensemble_eager_ms": seconds * 1e3, "ensemble_eager_tflops": achieved,
             "ensemble_eager_fraction_of_fp32_matmul": achieved / fp32_tflops,
@@ -103,7 +98,7 @@ def gpt_figures(device: torch.device, config: GPTConfig, batch: int, repeats: in
         torch.cuda.synchronize(device)
     first = time.perf_counter() - start
     _peak_reset(device)
-    seconds = timed(step, device, repeats)
+    seconds = median_seconds(step, device, repeats, warmup=3)
     tokens = batch * config.block_size
     n = model.num_params(embeddings=False)
     c = config

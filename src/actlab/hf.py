@@ -31,10 +31,9 @@ import torch
 from torch import Tensor, nn
 
 from actlab.errors import ConfigError
-from actlab.probe.forward import move_batch
 from actlab.probe.probe import _is_dense
 from actlab.surgery import activation_bounds, find_activations
-from actlab.train.placement import model_device, place
+from actlab.train.placement import model_device, move_batch, place
 
 # Near-zero thresholds of the profile: |a| below each counts towards that share.
 THRESHOLDS = {"below_1e-2": 1e-2, "below_1e-3": 1e-3, "sparsity": 1e-7}
@@ -155,22 +154,18 @@ def batched_embeddings(model: nn.Module, input_ids: Tensor, attention_mask: Tens
                        chunk: int = 32) -> Tensor:
     """Mean-pooled last hidden states of padded ``(N, T)`` inputs, ``chunk`` rows per pass
     (eval passes, no gradients), on the model's device."""
-    device = model_device(model)
-    rows = []
     with torch.no_grad():
-        for ids, mask in zip(input_ids.split(chunk), attention_mask.split(chunk)):
-            ids, mask = ids.to(device), mask.to(device)
-            rows.append(mean_pooled(model(input_ids=ids, attention_mask=mask).last_hidden_state,
-                                    mask))
-    return torch.cat(rows)
+        return torch.cat([_pooled(model, {"input_ids": ids, "attention_mask": mask})
+                          for ids, mask in zip(input_ids.split(chunk), attention_mask.split(chunk))])
+
+
+def _pooled(model: nn.Module, item: dict[str, Tensor]) -> Tensor:
+    """Mean-pooled last hidden states of one batch of encoded inputs, on the model's device."""
+    item = move_batch(item, model_device(model))
+    return mean_pooled(model(**item).last_hidden_state, item["attention_mask"])
 
 
 def sentence_embeddings(model: nn.Module, inputs: list[dict[str, Tensor]]) -> Tensor:
     """Mean-pooled last hidden states, one row per input (eval passes, no gradients)."""
-    rows = []
     with torch.no_grad():
-        for item in inputs:
-            item = move_batch(item, model_device(model))
-            out = model(**item).last_hidden_state
-            rows.append(mean_pooled(out, item["attention_mask"])[0])
-    return torch.stack(rows)
+        return torch.stack([_pooled(model, item)[0] for item in inputs])

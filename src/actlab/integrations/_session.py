@@ -19,8 +19,8 @@ from torch import nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from actlab.errors import ConfigError
-from actlab.probe.forward import move_batch
 from actlab.probe.probe import Probe
+from actlab.train.placement import move_batch
 
 PREFIX = "actlab"
 CURVATURE_LAYER = "model"  # the layer name curvature values are logged under

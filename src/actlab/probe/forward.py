@@ -5,21 +5,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import torch
 from torch import nn
 
-from actlab.train.placement import model_device
-
-
-def move_batch(batch: Any, device: torch.device) -> Any:
-    """``batch`` with its tensors on ``device``: a tensor, or a dict/tuple/list of them."""
-    if isinstance(batch, torch.Tensor):
-        return batch.to(device)
-    if isinstance(batch, Mapping):
-        return {k: move_batch(v, device) for k, v in batch.items()}
-    if isinstance(batch, (list, tuple)):
-        return type(batch)(move_batch(v, device) for v in batch)
-    return batch
+from actlab.train.placement import model_device, move_batch
 
 
 def default_forward(model: nn.Module, batch: Any) -> Any:

@@ -120,8 +120,9 @@ class _EpochCost(Callback):
     def on_step(self, trainer, step: int, loss) -> None:
         """Record the epoch's cost (a host synchronisation, once per epoch)."""
         with torch.no_grad():
-            x, y = to_model_device(self.model, self.x, self.y)
-            cost = float(mean_bce(self.model(x), y))
+            # moved once (to where the trainer put the model); later calls find it there
+            self.x, self.y = to_model_device(self.model, self.x, self.y)
+            cost = float(mean_bce(self.model(self.x), self.y))
         finite = math.isfinite(cost)
         self.run.costs.append(cost if finite else math.nan)
         if not finite:

@@ -18,15 +18,15 @@ Example::
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextvars import ContextVar
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import torch
 from torch import Tensor, nn
 
-__all__ = ["model_device", "on_device", "place", "resolve_device", "to_model_device",
-           "to_unit_device", "unit_device"]
+__all__ = ["model_device", "move_batch", "on_device", "place", "resolve_device",
+           "to_model_device", "to_unit_device", "unit_device"]
 
 _UNIT_DEVICE: ContextVar[torch.device | None] = ContextVar("actlab_unit_device", default=None)
 _CPU = torch.device("cpu")
@@ -59,10 +59,20 @@ def place(module: ModuleT, device: str | torch.device | None = None) -> ModuleT:
     return module.to(resolve_device(device))
 
 
+def move_batch(batch: Any, device: torch.device) -> Any:
+    """``batch`` with its tensors on ``device``: a tensor, or a dict/tuple/list of them."""
+    if isinstance(batch, Tensor):
+        return batch.to(device)
+    if isinstance(batch, Mapping):
+        return {k: move_batch(v, device) for k, v in batch.items()}
+    if isinstance(batch, (list, tuple)):
+        return type(batch)(move_batch(v, device) for v in batch)
+    return batch
+
+
 def to_unit_device(*tensors: Tensor, device: str | torch.device | None = None) -> Tensor | tuple[Tensor, ...]:
     """The tensors on ``device`` (default: the unit's); one tensor comes back as itself, not a tuple."""
-    where = resolve_device(device)
-    moved = tuple(t.to(where) for t in tensors)
+    moved = move_batch(tensors, resolve_device(device))
     return moved[0] if len(moved) == 1 else moved
 
 
