@@ -5,8 +5,9 @@ Figures (the GPU issue's benchmark), each against a baseline measured in the sam
 * ``ensemble_*``: one training step of 64 ``ResidualMLP(50, 200, 20)`` members on batch 256
   (Adam, the teacher-student ``--full`` shape): milliseconds per step, achieved TFLOP/s
   (forward + backward FLOPs from ``torch.utils.flop_counter``) and its fraction of the
-  float32 matmul rate measured here, peak memory. (The graphed step is not built yet;
-  ``ensemble_graphed_speedup`` is reported as null until it is.)
+  float32 matmul rate measured here, peak memory; the same for the step recorded as a CUDA
+  graph (``EnsembleTrainer(graphed=True)``), and ``ensemble_graphed_speedup``, eager time
+  over graphed time (null where graphs do not apply: off CUDA).
 * ``gpt_*``: a GPT-2-small-shaped training step (12 layers, width 768, context 1024, batch
   16, bf16 autocast, AdamW), eager and with ``torch.compile``: tokens/s, fraction of the bf16
   matmul rate measured here (FLOPs per token ``6 N + 12 L H Q T``, nanoGPT's count), compile
@@ -58,22 +59,32 @@ def matmul_tflops(device: torch.device, dtype: torch.dtype, size: int, repeats: 
 
 def ensemble_figures(device: torch.device, shape: tuple[int, int, int], members: int,
                      batch: int, repeats: int, fp32_tflops: float) -> dict[str, float | None]:
-    """Eager ensemble step: ms, achieved TFLOP/s and its fraction of fp32 matmul, memory."""
+    """Ensemble step, eager and (on CUDA) graphed: ms, TFLOP/s, fraction of fp32 matmul,
+    peak memory, and the graphed speed-up over eager."""
     d, m, depth = shape
     models = [ResidualMLP(d, m, depth, "relu", generator=torch.Generator().manual_seed(s))
               for s in range(members)]
-    ensemble = Ensemble(models, device=device)
-    trainer = EnsembleTrainer(ensemble, F.mse_loss, FunctionalAdam(lr=1e-3),
-                              keep_freed_memory=False)
     x = torch.randn(members, batch, d, device=device)
     y = torch.randn(members, batch, d, device=device)
     flops = members * count_step_flops(models[0], F.mse_loss, x[0].cpu(), y[0].cpu())
-    _peak_reset(device)
-    seconds = median_seconds(lambda: trainer.step(x, y), device, repeats, warmup=3)
-    achieved = flops / seconds / 1e12
-    return {"ensemble_eager_ms": seconds * 1e3, "ensemble_eager_tflops": achieved,
-            "ensemble_eager_fraction_of_fp32_matmul": achieved / fp32_tflops,
-            "ensemble_peak_gib": _peak_gib(device), "ensemble_graphed_speedup": None}
+    figures: dict[str, float | None] = {"ensemble_graphed_speedup": None}
+    modes = ("eager", "graphed") if device.type == "cuda" else ("eager",)
+    for mode in modes:
+        trainer = EnsembleTrainer(Ensemble(models, device=device), F.mse_loss,
+                                  FunctionalAdam(lr=1e-3), keep_freed_memory=False,
+                                  graphed=mode == "graphed")
+        _peak_reset(device)
+        # Warm-up covers the graph's eager steps and its recording.
+        seconds = median_seconds(lambda t=trainer: t.step(x, y), device, repeats, warmup=5)
+        achieved = flops / seconds / 1e12
+        figures.update({f"ensemble_{mode}_ms": seconds * 1e3,
+                        f"ensemble_{mode}_tflops": achieved,
+                        f"ensemble_{mode}_fraction_of_fp32_matmul": achieved / fp32_tflops,
+                        f"ensemble_{mode}_peak_gib": _peak_gib(device)})
+    if "ensemble_graphed_ms" in figures:
+        figures["ensemble_graphed_speedup"] = (figures["ensemble_eager_ms"]
+                                               / figures["ensemble_graphed_ms"])
+    return figures
 
 
 def gpt_figures(device: torch.device, config: GPTConfig, batch: int, repeats: int,
@@ -150,6 +161,9 @@ def main() -> None:
     figures.update(ensemble_figures(device, shape, members, batch, repeats, fp32))
     print(f"ensemble step (eager): {figures['ensemble_eager_ms']:.2f} ms, "
           f"{figures['ensemble_eager_fraction_of_fp32_matmul']:.1%} of fp32 matmul", flush=True)
+    if figures["ensemble_graphed_speedup"] is not None:
+        print(f"ensemble step (graphed): {figures['ensemble_graphed_ms']:.2f} ms, "
+              f"{figures['ensemble_graphed_speedup']:.2f}x the eager step", flush=True)
     for compile_model in (False, True):
         if compile_model and args.smoke:
             continue  # a compile takes longer than the rest of the smoke run

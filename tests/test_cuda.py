@@ -242,3 +242,120 @@ def test_compiled_language_model_training_matches_eager_to_bf16_tolerance():
         losses[mode] = [v for _, v in result.series("val_loss")]
     torch.testing.assert_close(torch.tensor(losses["on"]), torch.tensor(losses["off"]),
                                rtol=0.02, atol=0.02)
+
+
+def _graph_trainers(graphed: bool, members: int = 4, spec: str = "relu"):
+    from actlab.nn.residual_mlp import ResidualMLP
+    from actlab.train.ensemble import Ensemble, EnsembleTrainer
+    from actlab.train.functional_optim import FunctionalAdam
+
+    base = [ResidualMLP(8, 32, 3, spec, generator=torch.Generator().manual_seed(s))
+            for s in range(members)]
+    ensemble = Ensemble({"plain": base,
+                         "shifted": [m.with_activation(f"{spec}:shift=theory") for m in base]},
+                        device=CUDA)
+    return EnsembleTrainer(ensemble, nn.functional.mse_loss, FunctionalAdam(lr=3e-3),
+                           keep_freed_memory=False, graphed=graphed)
+
+
+def _batches(steps: int, members: int = 4, poison: tuple[int, int] | None = None):
+    g = torch.Generator().manual_seed(1)
+    out = []
+    for step in range(steps):
+        x, y = torch.randn(members, 32, 8, generator=g), torch.randn(members, 32, 8, generator=g)
+        if poison is not None and step == poison[0]:
+            x[poison[1]] = float("nan")
+        out.append((x.to(CUDA), y.to(CUDA)))
+    return out
+
+
+def _run(trainer, batches, lr_at=None, grads_at=()):
+    losses, grads = [], {}
+    for step, (x, y) in enumerate(batches):
+        if lr_at is not None:
+            trainer.optimizer.lr = lr_at(step)
+        out = trainer.step(x, y, return_grads=step in grads_at)
+        losses.append(torch.stack([out.losses[c] for c in trainer.ensemble.conditions]).cpu())
+        if out.grads is not None:
+            grads[step] = {c: {k: v.cpu() for k, v in g.items()} for c, g in out.grads.items()}
+    params = [p.detach().cpu() for p in trainer.ensemble.parameters()]
+    return torch.stack(losses), params, grads
+
+
+def test_graphed_ensemble_steps_equal_eager_steps_for_60_steps():
+    # The eager step is the reference; the graph records that same arithmetic once and
+    # replays it, so losses, gradients and parameters agree to float32 rounding.
+    batches = _batches(60)
+    graphed, eager = _graph_trainers(True), _graph_trainers(False)
+    g_losses, g_params, g_grads = _run(graphed, batches, grads_at=(10, 59))
+    e_losses, e_params, e_grads = _run(eager, batches, grads_at=(10, 59))
+    torch.testing.assert_close(g_losses, e_losses, rtol=1e-5, atol=1e-6)
+    for a, b in zip(g_params, e_params):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    for step in (10, 59):
+        for c in e_grads[step]:
+            for k in e_grads[step][c]:
+                torch.testing.assert_close(g_grads[step][c][k], e_grads[step][c][k],
+                                           rtol=1e-4, atol=1e-6)
+    assert len(graphed._graph.graphs) == 1  # recorded once, replayed from then on
+    assert graphed.optimizer.steps == eager.optimizer.steps == 60
+    assert g_losses[-1].mean() < g_losses[0].mean()  # it trained
+
+
+def test_graphed_step_reads_a_changed_learning_rate_without_recording_again():
+    def lr_at(step: int) -> float:
+        return 3e-3 * min(1.0, (step + 1) / 10) * (0.3 if step >= 40 else 1.0)
+
+    batches = _batches(50)
+    graphed, eager = _graph_trainers(True), _graph_trainers(False)
+    g_losses, g_params, _ = _run(graphed, batches, lr_at=lr_at)
+    e_losses, e_params, _ = _run(eager, batches, lr_at=lr_at)
+    torch.testing.assert_close(g_losses, e_losses, rtol=1e-5, atol=1e-6)
+    for a, b in zip(g_params, e_params):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    assert len(graphed._graph.graphs) == 1
+
+
+def test_graphed_step_freezes_a_diverged_member_like_the_eager_step():
+    batches = _batches(30, poison=(12, 2))  # seed 2's batch is NaN at step 12
+    graphed, eager = _graph_trainers(True), _graph_trainers(False)
+    g_losses, g_params, _ = _run(graphed, batches)
+    e_losses, e_params, _ = _run(eager, batches)
+    assert graphed.diverged.cpu().tolist() == eager.diverged.cpu().tolist()
+    assert graphed.diverged[:, 2].all() and not graphed.diverged[:, [0, 1, 3]].any()
+    finite = torch.isfinite(e_losses)
+    torch.testing.assert_close(g_losses[finite], e_losses[finite], rtol=1e-5, atol=1e-6)
+    for a, b in zip(g_params, e_params):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_a_new_batch_shape_records_a_second_graph_and_still_equals_eager():
+    batches = _batches(12)
+    small = [(x[:, :16], y[:, :16]) for x, y in batches[:6]]
+    mixed = batches[:6] + small
+    graphed, eager = _graph_trainers(True), _graph_trainers(False)
+    g_losses, _, _ = _run(graphed, mixed)
+    e_losses, _, _ = _run(eager, mixed)
+    torch.testing.assert_close(g_losses, e_losses, rtol=1e-5, atol=1e-6)
+    assert len(graphed._graph.graphs) == 2
+
+
+def test_teacher_student_on_cuda_graphed_equals_eager():
+    # The experiment's own training path (EnsembleTrainer.fit with its callbacks) with
+    # cuda_graphs on and off: the logged evaluation losses agree.
+    from actlab.experiments._ts_common import ModelSettings
+    from actlab.experiments._ts_train import train_students
+    from actlab.train.placement import on_device
+
+    runs = {}
+    for graphs in (True, False):
+        settings = ModelSettings(d=6, m=16, L=3, steps=60, batch_size=32, eval_size=64,
+                                 log_points=10, cuda_graphs=graphs)
+        with on_device("cuda"):
+            runs[graphs] = train_students(settings, "relu", {"unshifted": "relu:shift=0",
+                                                             "shifted": "relu:shift=theory"},
+                                          [0, 1])
+    for c in ("unshifted", "shifted"):
+        torch.testing.assert_close(torch.as_tensor(runs[True].eval_loss[c]),
+                                   torch.as_tensor(runs[False].eval_loss[c]),
+                                   rtol=1e-4, atol=1e-6)

@@ -59,7 +59,8 @@ class ModelSettings:
     Defaults: the medium model (20, 80, 10) with Adam 1e-3, batch 256 of fresh Gaussian
     inputs, MSE (the paper's large model (50, 200, 20) is each experiment's ``--full``).
     ``data_on_device`` draws the inputs on the unit's device (see
-    :class:`~actlab.data.synthetic.GaussianStream`).
+    :class:`~actlab.data.synthetic.GaussianStream`); ``cuda_graphs`` replays each training
+    step as a CUDA graph on a GPU (``EnsembleTrainer(graphed=...)``).
     """
 
     d: int = 20
@@ -78,6 +79,10 @@ class ModelSettings:
     # Draw the training inputs with generators on the unit's device (no copy per step on a
     # GPU, but other numbers than the CPU stream): off keeps runs comparable across devices.
     data_on_device: bool = False
+    # On a GPU, record each training step as a CUDA graph and replay it (same arithmetic,
+    # far fewer launches; see actlab.train.graphed); false runs the eager step. No effect
+    # on the CPU.
+    cuda_graphs: bool = True
 
     def validate(self) -> None:
         """Raise :class:`ConfigError` naming the first invalid field."""

@@ -145,7 +145,8 @@ def train_students(
     # only in buffers (the shift), so one batched forward serves them all.
     ens = Ensemble({"all": [m for c in names for m in students[c]]})
     loss_fn = get_loss(engine.loss)
-    trainer = EnsembleTrainer(ens, loss_fn, functional_optimizer_for(engine))
+    trainer = EnsembleTrainer(ens, loss_fn, functional_optimizer_for(engine),
+                              graphed=None if settings.cuda_graphs else False)
     members = _MemberView(ens, names, n)
 
     def per_member(t: Tensor) -> Tensor:  # (S, ...) -> (C*S, ...): paired batches

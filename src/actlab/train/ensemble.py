@@ -39,6 +39,7 @@ Example::
 from __future__ import annotations
 
 import copy
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -50,6 +51,7 @@ from torch.func import functional_call, stack_module_state
 from actlab.train.allocator import keep_freed_memory
 from actlab.train.callbacks import Callback, fire
 from actlab.train.functional_optim import FunctionalOptimizer
+from actlab.train.graphed import GraphCaptureError, GraphedStep
 from actlab.train.placement import resolve_device
 
 InputMode = Literal["shared", "per_seed"]
@@ -286,9 +288,16 @@ class EnsembleTrainer:
         keep_freed_memory: call :func:`actlab.train.allocator.keep_freed_memory` (glibc
             keeps freed blocks for reuse, which spares every step thousands of page
             faults; process-wide). ``False`` leaves the C allocator alone.
+        graphed: record the step (forward, backward, update) as a CUDA graph and replay
+            it (:mod:`actlab.train.graphed`). ``None`` (default): on a CUDA ensemble whose
+            optimizer can be recorded (fused :class:`FunctionalAdam`); ``False``: always
+            eager, the reference the graphed step is tested against; ``True``: required
+            (an error where it is not possible). Steps with extra keyword arguments run
+            eagerly.
 
     Members whose loss becomes non-finite are marked in :attr:`diverged` (a ``(conditions,
     seeds)`` bool tensor) and frozen: their parameters stop changing, the others go on.
+    Off the CPU the flags are never read back to the host inside a step.
     """
 
     ensemble: Ensemble
@@ -296,6 +305,7 @@ class EnsembleTrainer:
     optimizer: FunctionalOptimizer
     inputs: InputMode = "per_seed"
     keep_freed_memory: bool = True
+    graphed: bool | None = None
     diverged: Tensor = field(init=False)
     steps_done: int = field(init=False, default=0)
     last_output: StepOutput | None = field(init=False, default=None)
@@ -319,6 +329,25 @@ class EnsembleTrainer:
             for p in ens.params[c].values()
             if p.requires_grad
         ]
+        self._graph = self._graph_runner(device)
+
+    def _graph_runner(self, device: torch.device) -> GraphedStep | None:
+        """The CUDA-graph runner of :meth:`step`, if ``graphed`` asks for one and it is possible."""
+        if self.graphed is False:
+            return None
+        why_not = None
+        if device.type != "cuda":
+            why_not = f"CUDA graphs need a CUDA ensemble, this one is on {device}"
+        elif not self.optimizer.supports_graph_capture(self._leaves):
+            why_not = (f"{type(self.optimizer).__name__} cannot be recorded in a CUDA graph "
+                       "(use a fused FunctionalAdam)")
+        if why_not is not None:
+            if self.graphed:
+                raise ValueError(f"graphed: {why_not}")
+            return None
+        self.optimizer.hold_lr_in_tensor(device)
+        return GraphedStep(lambda x, y: self._update(x, y, {}), device,
+                           before_replay=self.optimizer.before_replay)
 
     def step(
         self,
@@ -329,6 +358,30 @@ class EnsembleTrainer:
         **kwargs: Any,
     ) -> StepOutput:
         """One optimisation step of every member on its batch; returns losses before the update."""
+        ens = self.ensemble
+        if self._graph is not None and not kwargs:
+            losses, grads = self._graphed_update(x, y)
+            # A replay's outputs are the graph's own tensors: keep copies.
+            losses = {c: t.clone() for c, t in losses.items()}
+            if return_grads:
+                grads = [None if g is None else g.clone() for g in grads]
+        else:
+            losses, grads = self._update(x, y, kwargs)
+        self.steps_done += 1
+        grad_dict = None
+        if return_grads:
+            grad_dict, k = {}, 0
+            for c in ens.conditions:
+                grad_dict[c] = {}
+                for name, p in ens.params[c].items():
+                    if p.requires_grad:
+                        grad_dict[c][name] = grads[k]
+                        k += 1
+        return StepOutput(losses, grad_dict)
+
+    def _update(self, x: Any, y: Any, kwargs: dict[str, Any]
+                ) -> tuple[dict[str, Tensor], list[Tensor | None]]:
+        """Losses, gradients and the optimizer update of one step (what a graph records)."""
         ens = self.ensemble
         losses = ens.losses(self.loss_fn, x, y, inputs=self.inputs, **kwargs)
         stacked = torch.stack([losses[c] for c in ens.conditions])  # (C, S)
@@ -343,18 +396,20 @@ class EnsembleTrainer:
         with torch.no_grad():
             for i, saved, dead in frozen:
                 self._leaves[i].copy_(torch.where(dead, saved, self._leaves[i]))
-        self.steps_done += 1
-        detached = {c: losses[c].detach() for c in ens.conditions}
-        grad_dict = None
-        if return_grads:
-            grad_dict, k = {}, 0
-            for c in ens.conditions:
-                grad_dict[c] = {}
-                for name, p in ens.params[c].items():
-                    if p.requires_grad:
-                        grad_dict[c][name] = grads[k]
-                        k += 1
-        return StepOutput(detached, grad_dict)
+        return {c: losses[c].detach() for c in ens.conditions}, grads
+
+    def _graphed_update(self, x: Any, y: Any) -> tuple[dict[str, Tensor], list[Tensor | None]]:
+        """:meth:`_update` through the graph runner; if recording fails under ``graphed=None``,
+        warn once and go on eagerly (a recording runs nothing, so no state has moved)."""
+        try:
+            return self._graph(x, y)
+        except GraphCaptureError as error:
+            if self.graphed:
+                raise
+            warnings.warn(f"{error}; training on without CUDA graphs", RuntimeWarning,
+                          stacklevel=3)
+            self._graph = None
+            return self._update(x, y, {})
 
     def fit(self, steps: int, batch: Callable[[int], tuple[Any, Any]],
             callbacks: Sequence[Callback] = (), *,

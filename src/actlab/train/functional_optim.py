@@ -43,6 +43,23 @@ class FunctionalOptimizer:
         """Restore a state produced by :meth:`state_dict`."""
         raise NotImplementedError
 
+    # CUDA-graph support (see :mod:`actlab.train.graphed`). A graph replays the kernels it
+    # recorded with the arguments they had, so an optimizer that can be captured keeps every
+    # value that may change between steps (learning rate, step count) in a device tensor.
+
+    def supports_graph_capture(self, params: Sequence[Tensor]) -> bool:
+        """Whether :meth:`step` on ``params`` can be recorded in a CUDA graph."""
+        return False
+
+    def hold_lr_in_tensor(self, device: torch.device | str) -> None:
+        """Keep the learning rate in a tensor on ``device`` from now on; assigning ``lr``
+        still works (the tensor follows it before the next update)."""
+        raise NotImplementedError(f"{type(self).__name__} cannot keep its learning rate "
+                                  "in a tensor")
+
+    def before_replay(self) -> None:
+        """Host bookkeeping before a recorded :meth:`step` replays (it does not run again)."""
+
 
 @dataclass
 class FunctionalAdam(FunctionalOptimizer):
@@ -74,8 +91,11 @@ class FunctionalAdam(FunctionalOptimizer):
         _check_hyper("betas[1]", self.betas[1], 0.0, 1.0)
         _check_hyper("eps", self.eps)
         _check_hyper("weight_decay", self.weight_decay)
-        # Per-tensor step counts as the fused kernel wants them (it increments them itself).
+        # Per-tensor step counts as the fused kernel wants them (it increments them itself,
+        # and reads them from the parameters' device).
         self._step_tensors: list[Tensor] = []
+        self._lr_tensor: Tensor | None = None
+        self._lr_in_tensor: float | None = None  # the value last written to _lr_tensor
 
     @torch.no_grad()
     def step(self, params: Sequence[Tensor], grads: Sequence[Tensor | None]) -> None:
@@ -85,14 +105,43 @@ class FunctionalAdam(FunctionalOptimizer):
             self.exp_avg_sq = [torch.zeros_like(p) for p in params]
         if len(params) != len(self.exp_avg):
             raise ValueError(f"expected {len(self.exp_avg)} parameter tensors, got {len(params)}")
+        device = params[0].device if params else torch.device("cpu")
         if len(self._step_tensors) != len(params):
-            self._step_tensors = [torch.tensor(float(self.steps)) for _ in params]
-        self.steps += 1
+            self._step_tensors = [torch.tensor(float(self.steps), device=device) for _ in params]
+        elif self._step_tensors and self._step_tensors[0].device != device:
+            self._step_tensors = [t.to(device) for t in self._step_tensors]
+        # A graph being recorded runs nothing now: each replay counts itself and brings the
+        # learning rate up to date (before_replay).
+        if not _capturing(self._lr_tensor):
+            self._sync_lr()
+            self.steps += 1
         live = [i for i, g in enumerate(grads) if g is not None]
         if self._use_fused(params):
             self._fused_step(params, grads, live)
         else:
             self._op_by_op_step(params, grads, live)
+
+    def supports_graph_capture(self, params: Sequence[Tensor]) -> bool:
+        """True for the fused kernel on CUDA (its step counts and learning rate can live on
+        the device; the op-by-op update reads the step count on the host)."""
+        return bool(params) and params[0].device.type == "cuda" and self._use_fused(params)
+
+    def hold_lr_in_tensor(self, device: torch.device | str) -> None:
+        """Pass the learning rate to the fused kernel as a float32 tensor on ``device``."""
+        self._lr_tensor = torch.tensor(float(self.lr), dtype=torch.float32, device=device)
+        self._lr_in_tensor = self.lr
+
+    def before_replay(self) -> None:
+        """Bring the learning-rate tensor up to date and count the update about to replay."""
+        self._sync_lr()
+        self.steps += 1
+
+    def _sync_lr(self) -> None:
+        """Write ``lr`` into the learning-rate tensor if it changed (an asynchronous fill)."""
+        if self._lr_tensor is not None and self._lr_in_tensor != self.lr:
+            _check_hyper("lr", self.lr)
+            self._lr_tensor.fill_(float(self.lr))
+            self._lr_in_tensor = self.lr
 
     def _use_fused(self, params: Sequence[Tensor]) -> bool:
         if self.fused is False or not params:
@@ -115,7 +164,8 @@ class FunctionalAdam(FunctionalOptimizer):
         adam(
             pick(params), dense_grads, pick(self.exp_avg), pick(self.exp_avg_sq), [],
             pick(self._step_tensors), fused=True, decoupled_weight_decay=self.decoupled,
-            amsgrad=False, beta1=self.betas[0], beta2=self.betas[1], lr=self.lr,
+            amsgrad=False, beta1=self.betas[0], beta2=self.betas[1],
+            lr=self._lr_tensor if self._lr_tensor is not None else self.lr,
             weight_decay=self.weight_decay, eps=self.eps, maximize=False,
         )
 
@@ -154,7 +204,15 @@ class FunctionalAdam(FunctionalOptimizer):
         self.exp_avg = [t.clone() for t in state["exp_avg"]]
         self.exp_avg_sq = [t.clone() for t in state["exp_avg_sq"]]
         counts = state.get("tensor_steps") or [self.steps] * len(self.exp_avg)
-        self._step_tensors = [torch.tensor(float(c)) for c in counts]
+        device = self.exp_avg[0].device if self.exp_avg else torch.device("cpu")
+        self._step_tensors = [torch.tensor(float(c), device=device) for c in counts]
+
+
+def _capturing(tensor: Tensor | None) -> bool:
+    """Whether a CUDA graph is being recorded on the current stream of ``tensor``'s device
+    (then host-side writes such as the learning-rate fill must stay out of the graph)."""
+    return (tensor is not None and tensor.device.type == "cuda"
+            and torch.cuda.is_current_stream_capturing())
 
 
 @dataclass
