@@ -12,6 +12,10 @@ Where the experiment runs one seed per unit and has several seeds, each claim's 
 also computed from each seed's units alone, with the experiment's own
 ``summarize``/``claims``, into ``claims_per_seed.json``.
 
+``--full`` keeps an experiment's ``--full`` run beside its reference (``<exp>/full/``; listed
+under ``"full"`` in its references entry); ``--evidence`` keeps runs at other settings
+(``<exp>/evidence-<name>/``), which never count as the reference.
+
 ``references.json`` is then rebuilt from everything under ``docs/results/``: per claim id
 its reference value, verdict and spread over seeds (the sample standard deviation of the
 per-seed values, where there are any).
@@ -57,12 +61,12 @@ PENDING: dict[str, tuple[str, str]] = {
     "spikes": ("pending (needs GPU)", _LM_NOTE.format(units=18, hours=4, name="spikes")),
     "gated-ffn": ("pending (needs GPU)", _LM_NOTE.format(units=15, hours=3.5, name="gated-ffn")),
 }
-# Runs beyond the reference scale that are still to do, per experiment.
+# Runs beyond the reference scale that are still to do, per experiment (shown until a
+# ``--full`` run is collected into docs/results/<experiment>/full/).
 EXTRA_PENDING: dict[str, str] = {
-    "teacher-student": "--full (50, 200, 20), 8 seeds x 4 activations x 8000 steps: pending "
-                       "(needs GPU; about 90 minutes of two CPU cores per the GPU issue's "
-                       "measurement, not run yet)",
+    "teacher-student": "--full (50, 200, 20), 8 seeds x 4 activations x 8000 steps: pending",
 }
+FULL_DIR = "full"  # the --full run kept beside an experiment's default-scale reference
 
 
 def resummarize(exp_name: str, run_dir: Path, units: list[dict[str, Any]], dest: Path) -> None:
@@ -138,7 +142,18 @@ def per_seed_values(exp_name: str, run_dir: Path, units: list[dict[str, Any]]
 
 
 def reference_entry(exp_name: str, dest: Path) -> dict[str, Any]:
-    """The references.json entry of one collected experiment."""
+    """The references.json entry of one collected experiment (with its ``--full`` run under
+    ``"full"`` where one is kept)."""
+    entry = _run_entry(dest)
+    if (dest / FULL_DIR / "claims.json").exists():
+        entry["full"] = _run_entry(dest / FULL_DIR)
+    elif exp_name in EXTRA_PENDING:
+        entry["note"] = EXTRA_PENDING[exp_name]
+    return entry
+
+
+def _run_entry(dest: Path) -> dict[str, Any]:
+    """Scale, seeds, provenance and per-claim value, verdict and seed spread of one kept run."""
     config = json.loads((dest / "config.json").read_text())
     env = json.loads((dest / "env.json").read_text())
     seed_file = dest / SEED_VALUES
@@ -156,8 +171,6 @@ def reference_entry(exp_name: str, dest: Path) -> dict[str, Any]:
              "commit": env.get("git", {}).get("commit"), "wall_s": env.get("wall_s"),
              "machine": f"{env.get('cpu_count')} CPU cores, {env.get('device')}",
              "claims": claims}
-    if exp_name in EXTRA_PENDING:
-        entry["note"] = EXTRA_PENDING[exp_name]
     return entry
 
 
@@ -203,6 +216,9 @@ def main() -> None:
     parser.add_argument("--evidence", action="store_true",
                         help="the runs are evidence beside the reference (another scale or "
                              "setting): copy them to docs/results/<experiment>/evidence-<name>/")
+    parser.add_argument("--full", action="store_true",
+                        help="the runs are the experiments' --full runs: copy them to "
+                             f"docs/results/<experiment>/{FULL_DIR}/ beside the reference")
     parser.add_argument("--quick", type=Path,
                         help="root of an `actlab reproduce --quick` run: its claims go to "
                              f"docs/results/{QUICK_CLAIMS}")
@@ -216,7 +232,11 @@ def main() -> None:
             if not (run_dir / "claims.json").exists():
                 print(f"  {name}: no finished run in {run_dir}, skipped")
                 continue
-            dest = RESULTS / name / f"evidence-{args.name}" if args.evidence else RESULTS / name
+            dest = RESULTS / name
+            if args.evidence:
+                dest = dest / f"evidence-{args.name}"
+            elif args.full:
+                dest = dest / FULL_DIR
             copy_run(run_dir, dest, name, args.resummarize)
             print(f"  {name}: collected into {dest.relative_to(ROOT)}")
     table = rebuild_references()

@@ -47,6 +47,12 @@ def rows(quick: dict[str, Any], references: dict[str, Any], diagnoses: dict[str,
             spread = f" ± {ref['spread']:.2g}" if ref.get("spread") else ""
             reference = f"{_number(ref['value'])}{spread} ({verdict_text(ref['held'])})"
             missed = ref["held"] is not True
+            full = entry.get("full", {}).get("claims", {}).get(claim_id)
+            if full is not None:
+                spread = f" ± {full['spread']:.2g}" if full.get("spread") else ""
+                reference += (f"; --full: {_number(full['value'])}{spread} "
+                              f"({verdict_text(full['held'])})")
+                missed = missed or full["held"] is not True
         else:
             reference, missed = entry.get("status", "no reference"), False
         quick_text = f"{_number(q.get('value'))} ({verdict_text(q.get('held'))})" if q else "—"
@@ -58,6 +64,13 @@ def rows(quick: dict[str, Any], references: dict[str, Any], diagnoses: dict[str,
         out.append([claim_id, q.get("claim", "") or (ref or {}).get("measured", ""),
                     _number(q.get("reference")), quick_text, reference, note])
     return out
+
+
+def _counts(claims: Any) -> str:
+    """'N held, N not held, N undecided' of reference claim records."""
+    counts = Counter(verdict_text(c["held"]) for c in claims)
+    return (f"{counts['held']} held, {counts['not held']} not held, "
+            f"{counts['undecided']} undecided")
 
 
 def render() -> str:
@@ -90,6 +103,9 @@ def render() -> str:
         + ".",
         *[f"- **Also pending**: {n}: {e['note']}" for n, e in sorted(references.items())
           if e["status"] == "reference" and e.get("note")],
+        *[f"- **--full scale** ({n}, {e['full']['scale']}, {e['full']['seeds']} seeds): "
+          f"{_counts(e['full']['claims'].values())}; shown after the reference value."
+          for n, e in sorted(references.items()) if e.get("full")],
         f"- **Diagnoses**: {', '.join(f'{k} {v}' for k, v in sorted(kinds.items()))}. "
         "*scale*: the result changes with training length or size (the issue's standard of "
         "evidence is three scale points on the same seeds; where we have two, the diagnosis "

@@ -144,17 +144,24 @@ def drift_figures(config: DriftConfig, runs: dict[str, pd.DataFrame], sweep_keys
         fig.suptitle(f"drift, condition {cond}")
         ctx.save_figure(fig, f"drift_{cond}")
     keys = sorted(sweep_keys, key=lambda k: k.name)
-    if any(k.name in runs for k in keys):
-        fig, ax = plt.subplots(figsize=(6, 4))
-        for key in (k for k in keys if k.name in runs):
-            rows = runs[key.name]
-            depth = rows["layer"].map(layer_number)
-            z = rows[(rows["metric"] == "drift_z") & (depth >= 2) & (depth <= config.depth + 1)]
-            curve = z.groupby("step")["value"].mean()
-            ax.plot(curve.index, curve.values, label=f"{key.activation}/{key.setting}")
-        ax.set_xlabel("step")
-        ax.set_ylabel("drift Z-score (layers 2..6)")
-        ax.legend(fontsize=7)
+    ran = [k for k in keys if k.name in runs]
+    if ran:
+        # One panel per activation, so that each setting keeps one colour within a panel.
+        activations = sorted({k.activation for k in ran})
+        fig, axes = plt.subplots(1, len(activations), figsize=(5 * len(activations), 4),
+                                 sharey=True, squeeze=False)
+        for ax, act in zip(axes[0], activations):
+            for key in (k for k in ran if k.activation == act):
+                rows = runs[key.name]
+                depth = rows["layer"].map(layer_number)
+                z = rows[(rows["metric"] == "drift_z") & (depth >= 2)
+                         & (depth <= config.depth + 1)]
+                curve = z.groupby("step")["value"].mean()
+                ax.plot(curve.index, curve.values, label=key.setting)
+            ax.set_title(act, fontsize=9)
+            ax.set_xlabel("step")
+            ax.legend(fontsize=7)
+        axes[0, 0].set_ylabel(f"drift Z-score (layers 2..{config.depth + 1})")
         ctx.save_figure(fig, "drift_optimizers")
 
 
