@@ -59,25 +59,27 @@ def teacher_student_figures(config: Any, table: Any, data: dict[str, Any],
     fig.suptitle("Fig. 8: post-activation means over training")
     ctx.save_figure(fig, "fig8_post_activation_means")
 
-    fig, axes = plt.subplots(1, n, figsize=(4 * n, 3.5), squeeze=False)
-    for j, act in enumerate(activations):
-        for cond, color in COLORS.items():
-            for kind, style in (("lambda_max_hessian", "-"), ("lambda_max_gn", "--")):
-                rows = table[(table.run == f"{act}/{cond}") & (table.metric == kind)]
-                if rows.empty:
-                    continue
-                mean = rows.groupby("step").value.mean()
-                label = f"{cond} {'H' if kind.endswith('hessian') else 'GN'}"
-                axes[0, j].plot(np.maximum(mean.index, 1), mean.to_numpy(), style, color=color,
-                                label=label)
-        axes[0, j].set_xscale("log")
-        axes[0, j].set_yscale("log")
-        axes[0, j].set_title(act)
-        axes[0, j].set_xlabel("step")
-    axes[0, 0].set_ylabel("top eigenvalue")
-    axes[0, 0].legend(fontsize=7)
-    fig.suptitle("Fig. 4: sharpness over training (Hessian solid, Gauss-Newton dashed)")
-    ctx.save_figure(fig, "fig4_sharpness")
+    # Without curvature measurements (curvature_seeds=0) there is no Fig. 4 to draw.
+    if table.metric.isin(["lambda_max_hessian", "lambda_max_gn"]).any():
+        fig, axes = plt.subplots(1, n, figsize=(4 * n, 3.5), squeeze=False)
+        for j, act in enumerate(activations):
+            for cond, color in COLORS.items():
+                for kind, style in (("lambda_max_hessian", "-"), ("lambda_max_gn", "--")):
+                    rows = table[(table.run == f"{act}/{cond}") & (table.metric == kind)]
+                    if rows.empty:
+                        continue
+                    mean = rows.groupby("step").value.mean()
+                    label = f"{cond} {'H' if kind.endswith('hessian') else 'GN'}"
+                    axes[0, j].plot(np.maximum(mean.index, 1), mean.to_numpy(), style, color=color,
+                                    label=label)
+            axes[0, j].set_xscale("log")
+            axes[0, j].set_yscale("log")
+            axes[0, j].set_title(act)
+            axes[0, j].set_xlabel("step")
+        axes[0, 0].set_ylabel("top eigenvalue")
+        axes[0, 0].legend(fontsize=7)
+        fig.suptitle("Fig. 4: sharpness over training (Hessian solid, Gauss-Newton dashed)")
+        ctx.save_figure(fig, "fig4_sharpness")
 
     for act in activations:
         planes = data.get(act, {}).get("landscape")
