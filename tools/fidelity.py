@@ -20,7 +20,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from actlab.runner.references import verdict_text  # noqa: E402
+from actlab.runner.references import claim_cell, verdict_text  # noqa: E402
 
 RESULTS = ROOT / "docs" / "results"
 REFERENCES = ROOT / "src" / "actlab" / "runner" / "references.json"
@@ -44,14 +44,10 @@ def rows(quick: dict[str, Any], references: dict[str, Any], diagnoses: dict[str,
         q, entry = quick.get(claim_id, {}), references.get(experiment, {})
         ref = entry.get("claims", {}).get(claim_id)
         if entry.get("status") == "reference" and ref is not None:
-            spread = f" ± {ref['spread']:.2g}" if ref.get("spread") else ""
-            reference = f"{_number(ref['value'])}{spread} ({verdict_text(ref['held'])})"
-            missed = ref["held"] is not True
+            reference, missed = claim_cell(ref), ref["held"] is not True
             full = entry.get("full", {}).get("claims", {}).get(claim_id)
             if full is not None:
-                spread = f" ± {full['spread']:.2g}" if full.get("spread") else ""
-                reference += (f"; --full: {_number(full['value'])}{spread} "
-                              f"({verdict_text(full['held'])})")
+                reference += "; --full: " + claim_cell(full)
                 missed = missed or full["held"] is not True
         else:
             reference, missed = entry.get("status", "no reference"), False

@@ -11,7 +11,8 @@ An experiment's entry is ``{"status": ..., "scale": ..., "commit": ..., "wall_s"
 "note": ..., "claims": {claim_id: {"value": float|None, "held": bool|None,
 "spread": float|None, "measured": str}}}``. ``status`` is ``"reference"`` for a completed
 run, or ``"pending (...)"`` (e.g. ``"pending (needs GPU)"``) when no reference exists yet,
-with ``note`` saying why.
+with ``note`` saying why. An experiment whose ``--full`` run is kept too has it under
+``"full"`` (same fields: scale, seeds, commit, wall time, claims).
 """
 
 from __future__ import annotations
@@ -60,11 +61,21 @@ def reference_text(claim_id: str) -> str:
         return status
     if claim is None:
         return "not in the reference run"
+    text = claim_cell(claim, entry.get("scale", "?"))
+    full = entry.get("full", {})
+    if claim_id in full.get("claims", {}):
+        text += "; " + claim_cell(full["claims"][claim_id], full.get("scale", "full"))
+    return text
+
+
+def claim_cell(claim: dict[str, Any], scale: str | None = None) -> str:
+    """``"0.0091 ± 0.002 (held, default)"``: value, spread over seeds, verdict, scale."""
     value, spread = claim.get("value"), claim.get("spread")
     text = "" if value is None else f"{value:.4g}"
     if value is not None and spread:
         text += f" ± {spread:.2g}"
-    return f"{text} ({verdict_text(claim.get('held'))}, {entry.get('scale', '?')})".strip()
+    where = f", {scale}" if scale else ""
+    return f"{text} ({verdict_text(claim.get('held'))}{where})".strip()
 
 
 def reference_held(claim_id: str) -> bool | None:
