@@ -38,7 +38,7 @@ class GraphCaptureError(RuntimeError):
 @dataclass
 class _Recorded:
     graph: torch.cuda.CUDAGraph
-    static_inputs: list[Tensor]
+    static_inputs: list[Tensor | None]
     outputs: Any
 
 
@@ -80,18 +80,20 @@ class GraphedStep:
     def __call__(self, x: Any, y: Any) -> Any:
         """One step on ``(x, y)``; see the class docstring for what is returned."""
         leaves, spec = tree_flatten((x, y))
-        if not all(isinstance(t, Tensor) for t in leaves):
-            raise TypeError("GraphedStep: inputs must be tensors (or nested containers of them)")
+        if not all(t is None or isinstance(t, Tensor) for t in leaves):
+            raise TypeError("GraphedStep: inputs must be tensors or None (or nested containers "
+                            "of them)")
         if self.eager_calls < self.warmup_steps:
             self.eager_calls += 1
             return self._on_side_stream(lambda: self.compute(x, y))
-        signature = (spec, tuple((t.shape, t.dtype) for t in leaves))
+        signature = (spec, tuple(None if t is None else (t.shape, t.dtype) for t in leaves))
         recorded = self.graphs.get(signature)
         if recorded is None:
             recorded = self._record(signature, leaves, spec)
         else:
             for static, value in zip(recorded.static_inputs, leaves):
-                static.copy_(value, non_blocking=True)
+                if static is not None:
+                    static.copy_(value, non_blocking=True)
         self.before_replay()
         recorded.graph.replay()
         return recorded.outputs
@@ -111,7 +113,7 @@ class GraphedStep:
             raise GraphCaptureError(
                 f"more than {self.max_graphs} input shapes: record a graph per shape only "
                 "for a few fixed shapes (use the eager step for changing ones)")
-        static = [t.to(self.device, copy=True) for t in leaves]
+        static = [None if t is None else t.to(self.device, copy=True) for t in leaves]
         x, y = tree_unflatten(static, spec)
         graph = torch.cuda.CUDAGraph()
         torch.cuda.synchronize(self.device)
