@@ -66,6 +66,24 @@ def test_reference_verdicts_are_what_todays_claims_say_of_the_committed_summary(
             assert math.isclose(claim.value, entry[claim_id]["value"], rel_tol=1e-9), claim_id
 
 
+WITH_FULL = [n for n in COLLECTED if "full" in REFERENCES[n]]
+
+
+@pytest.mark.parametrize("name", WITH_FULL)
+def test_kept_full_runs_agree_with_todays_claims_and_show_in_the_reference_cell(name):
+    folder = RESULTS / name / "full"
+    config = json.loads((folder / "config.json").read_text())
+    assert config["scale"] == "full" and config["experiment"] == name
+    summary = json.loads((folder / "summary.json").read_text())
+    claims = {c.id: c for c in get_experiment(name).claims(summary)}
+    entry = REFERENCES[name]["full"]["claims"]
+    assert set(claims) == set(entry)
+    for claim_id, claim in claims.items():
+        assert claim.held == entry[claim_id]["held"], claim_id
+        text = reference_text(claim_id)
+        assert text.count("(") == 2 and text.endswith(", full)"), text
+
+
 def test_spread_is_the_standard_deviation_of_the_per_seed_values():
     checked = 0
     for name in COLLECTED:
