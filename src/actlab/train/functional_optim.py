@@ -105,7 +105,10 @@ class FunctionalAdam(FunctionalOptimizer):
             self.exp_avg_sq = [torch.zeros_like(p) for p in params]
         if len(params) != len(self.exp_avg):
             raise ValueError(f"expected {len(self.exp_avg)} parameter tensors, got {len(params)}")
-        device = params[0].device if params else torch.device("cpu")
+        # The fused kernel reads its step counts on the parameters' device (as
+        # torch.optim.Adam(fused=True) keeps them); the op-by-op update reads them on the host.
+        fused = self._use_fused(params)
+        device = params[0].device if fused else torch.device("cpu")
         if len(self._step_tensors) != len(params):
             self._step_tensors = [torch.tensor(float(self.steps), device=device) for _ in params]
         elif self._step_tensors and self._step_tensors[0].device != device:
@@ -116,7 +119,7 @@ class FunctionalAdam(FunctionalOptimizer):
             self._sync_lr()
             self.steps += 1
         live = [i for i, g in enumerate(grads) if g is not None]
-        if self._use_fused(params):
+        if fused:
             self._fused_step(params, grads, live)
         else:
             self._op_by_op_step(params, grads, live)
