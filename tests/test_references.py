@@ -55,15 +55,22 @@ def test_reference_verdicts_are_what_todays_claims_say_of_the_committed_summary(
     env = json.loads((RESULTS / name / "env.json").read_text())
     assert env["git"]["commit"] and env["wall_s"] >= 0 and env["cpu_count"] >= 1
     assert not (RESULTS / name / "metrics.csv").exists()
-    claims = {c.id: c for c in get_experiment(name).claims(summary)}
+    claims = _judged_again(name, summary, REFERENCES[name]["claims"])
     entry = REFERENCES[name]["claims"]
-    assert set(claims) == set(entry)
     for claim_id, claim in claims.items():
-        assert claim.held == entry[claim_id]["held"], claim_id
         if claim.value is None:
             assert entry[claim_id]["value"] is None
         else:
             assert math.isclose(claim.value, entry[claim_id]["value"], rel_tol=1e-9), claim_id
+
+
+def _judged_again(name: str, summary: dict, entry: dict) -> dict:
+    """Today's claims of ``summary``, checked to have the ids and verdicts of ``entry``."""
+    claims = {c.id: c for c in get_experiment(name).claims(summary)}
+    assert set(claims) == set(entry)
+    for claim_id, claim in claims.items():
+        assert claim.held == entry[claim_id]["held"], claim_id
+    return claims
 
 
 WITH_FULL = [n for n in COLLECTED if "full" in REFERENCES[n]]
@@ -75,11 +82,7 @@ def test_kept_full_runs_agree_with_todays_claims_and_show_in_the_reference_cell(
     config = json.loads((folder / "config.json").read_text())
     assert config["scale"] == "full" and config["experiment"] == name
     summary = json.loads((folder / "summary.json").read_text())
-    claims = {c.id: c for c in get_experiment(name).claims(summary)}
-    entry = REFERENCES[name]["full"]["claims"]
-    assert set(claims) == set(entry)
-    for claim_id, claim in claims.items():
-        assert claim.held == entry[claim_id]["held"], claim_id
+    for claim_id in _judged_again(name, summary, REFERENCES[name]["full"]["claims"]):
         text = reference_text(claim_id)
         assert text.count("(") == 2 and text.endswith(", full)"), text
 
