@@ -51,15 +51,14 @@ MAX_TOTAL_BYTES = 15 * 2**20
 
 # Why an experiment has no reference run yet (shown instead of a value).
 # The GPT experiments' default scale (4 layers, width 128, context 128, batch 32, 2000 steps):
-# a training step measured 0.38 s on one core (0.018 s at the quick shape), so a unit is about
-# 13 minutes of one core before evaluation and probing.
-_LM_NOTE = ("default scale: {units} units x about 13 min of one CPU core each (a step measured "
-            "0.38 s), about {hours} h in all; needs a GPU or a long CPU run; smaller-scale "
-            "evidence is in docs/results/{name}/evidence-*")
+# the lm-shift reference's units took 23.5 min each with two units sharing the 2 CPU cores
+# (about 0.7 s per step with evaluation and probing): about 5 units an hour.
+_LM_NOTE = ("default scale: {units} units x about 23.5 min each with two units sharing 2 CPU "
+            "cores (measured on the lm-shift reference), about {hours} h in all; needs a GPU or a "
+            "long background CPU run; smaller-scale evidence is in docs/results/{name}/evidence-*")
 PENDING: dict[str, tuple[str, str]] = {
-    "lm-shift": ("pending (needs GPU)", _LM_NOTE.format(units=12, hours=3, name="lm-shift")),
-    "spikes": ("pending (needs GPU)", _LM_NOTE.format(units=18, hours=4, name="spikes")),
-    "gated-ffn": ("pending (needs GPU)", _LM_NOTE.format(units=15, hours=3.5, name="gated-ffn")),
+    "spikes": ("pending (needs GPU)", _LM_NOTE.format(units=18, hours=3.5, name="spikes")),
+    "gated-ffn": ("pending (needs GPU)", _LM_NOTE.format(units=15, hours=3, name="gated-ffn")),
 }
 # Runs beyond the reference scale that are still to do, per experiment (shown until a
 # ``--full`` run is collected into docs/results/<experiment>/full/).
