@@ -29,8 +29,8 @@ _LAZY = {
 
 #: Public submodules, reachable as attributes after ``import actlab``.
 SUBMODULES = ("activations", "analysis", "cli", "curvature", "data", "errors", "experiments",
-              "hf", "init", "integrations", "measure", "nn", "probe", "profile", "runner",
-              "surgery", "theory", "train")
+              "hf", "init", "integrations", "measure", "nn", "probe", "profile", "recipes",
+              "runner", "surgery", "theory", "train")
 
 __all__ = sorted(_LAZY) + ["__version__"]
 

@@ -5,6 +5,9 @@ permutation (``split_seed``), so every run with the same arguments sees the same
 Pixels (0..16) are scaled to [0, 1] and, by default, standardized with the training set's
 mean and standard deviation. ``image_size`` upsamples bilinearly (e.g. to 16 or 32 for
 convolutional models); ``channels=3`` repeats the grey channel.
+
+:func:`load_digits_pixels` gives the same images and split in pixel space for diffusion
+models: scaled to [-1, 1] and not standardized.
 """
 
 from __future__ import annotations
@@ -74,3 +77,22 @@ def load_digits(*, test_fraction: float = 0.2, split_seed: int = 0, image_size: 
     if channels == 3:
         x_train, x_test = x_train.repeat(1, 3, 1, 1), x_test.repeat(1, 3, 1, 1)
     return ImageData(x_train.to(dtype), y[train_idx], x_test.to(dtype), y[test_idx], 10, "digits")
+
+
+def load_digits_pixels(*, test_fraction: float = 0.2, split_seed: int = 0, image_size: int = 8,
+                       channels: int = 1, dtype: torch.dtype = torch.float32) -> ImageData:
+    """The digits of :func:`load_digits` (same split) with pixels in [-1, 1], for diffusion.
+
+    Pixel value ``v`` (0..16) becomes ``v / 8 - 1``, so blank background is exactly -1 and
+    full ink exactly 1 at the native size; bilinear upsampling mixes neighbouring pixels,
+    so upsampled images stay inside [-1, 1]. The name is ``"digits-pixels"``.
+    """
+    data = load_digits(test_fraction=test_fraction, split_seed=split_seed,
+                       image_size=image_size, channels=channels, standardize=False,
+                       dtype=torch.float64)
+
+    def to_signed(x: Tensor) -> Tensor:
+        return (x * 2.0 - 1.0).to(dtype)
+
+    return ImageData(to_signed(data.x_train), data.y_train, to_signed(data.x_test),
+                     data.y_test, data.num_classes, "digits-pixels")

@@ -1,1 +1,11 @@
-"""Library-level measurements of deep stacks (signal sizes, gradient norms, saturation, dead units)."""
+"""Measures of models and of their results.
+
+* :mod:`~actlab.measure.signal`: signal sizes, gradient norms, saturation and dead units of deep
+  stacks;
+* :mod:`~actlab.measure.fid`: FID and IS from feature and logit arrays, always named with the
+  feature network that produced them ("FID (digits-classifier features)");
+* :mod:`~actlab.measure.feature_network`, :mod:`~actlab.measure.feature_classifier` (the offline
+  default: a small digits classifier trained once and cached) and
+  :mod:`~actlab.measure.inception` (the FID variant of Inception-v3, for a weights file the
+  user supplies).
+"""

@@ -23,6 +23,9 @@ _LAZY = {
     "make_norm": "actlab.nn.norms",
     "GPT": "actlab.nn.gpt",
     "GPTConfig": "actlab.nn.gpt",
+    "DiT": "actlab.nn.dit",
+    "DiTConfig": "actlab.nn.dit",
+    "dit_config": "actlab.nn.dit",
 }
 
 

@@ -514,7 +514,7 @@ def parse_norm(spec: str) -> tuple[str, dict[str, float | int]]:
 
 
 def make_norm(name: str, dim: int, *, channels_first: bool = False, bias: bool = True,
-              **overrides: float | int | None) -> nn.Module:
+              affine: bool = True, **overrides: float | int | None) -> nn.Module:
     """Build a normalization for ``dim`` features (or channels) from its name.
 
     ``name`` is one of ``none``, ``rmsnorm``, ``layernorm``, ``batchnorm``, ``percentile``
@@ -522,7 +522,9 @@ def make_norm(name: str, dim: int, *, channels_first: bool = False, bias: bool =
     ``percentile-layernorm``, ``percentile-batchnorm``, with optional ``:q=..,freeze_after=..``.
     ``channels_first`` says the input is ``(N, C, ...)`` (conv feature maps); else features are
     the last dim. ``bias=False`` drops the learned shift of the percentile norms (so the
-    imposed sparsity level cannot be trained away). ``overrides`` (e.g. ``q``) win over the
+    imposed sparsity level cannot be trained away). ``affine=False`` drops every learned
+    scale and shift (LayerNorm's ``elementwise_affine=False``; used where a conditioning
+    network supplies them, as in DiT's adaLN). ``overrides`` (e.g. ``q``) win over the
     options in ``name``.
     """
     kind, options = parse_norm(name)
@@ -534,17 +536,19 @@ def make_norm(name: str, dim: int, *, channels_first: bool = False, bias: bool =
     if kind in ("batchnorm", "percentile-batchnorm"):
         if kind == "batchnorm":
             bn_options = {k: v for k, v in options.items() if k in ("eps", "momentum")}
-            norm: nn.Module = (nn.BatchNorm2d if channels_first else nn.BatchNorm1d)(dim, **bn_options)
+            norm: nn.Module = (nn.BatchNorm2d if channels_first else nn.BatchNorm1d)(
+                dim, affine=affine, **bn_options)
         else:
-            norm = PercentileBatchNorm(dim, bias=bias, **options)
+            norm = PercentileBatchNorm(dim, affine=affine, bias=bias, **options)
         # Conv maps are (N, C, ...) already; features/tokens are flattened to (N*, D).
         return norm if channels_first else FlattenBatch(norm)
     if kind == "percentile-layernorm":
-        norm = PercentileLayerNorm(dim, bias=bias, **options)
+        norm = PercentileLayerNorm(dim, affine=affine, bias=bias, **options)
     elif kind == "layernorm":
-        norm = nn.LayerNorm(dim, **{k: v for k, v in options.items() if k == "eps"})
+        norm = nn.LayerNorm(dim, elementwise_affine=affine,
+                            **{k: v for k, v in options.items() if k == "eps"})
     else:
-        norm = RMSNorm(dim, **{k: v for k, v in options.items() if k == "eps"})
+        norm = RMSNorm(dim, affine=affine, **{k: v for k, v in options.items() if k == "eps"})
     return ChannelsLast(norm) if channels_first else norm
 
 

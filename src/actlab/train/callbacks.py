@@ -5,7 +5,9 @@ is the state before the first update) and the engine calls it only when the sche
 fires, so a callback never forces a host synchronisation on the other steps. It knows its
 process rank (:attr:`Callback.rank`, set by the engine; only rank 0 writes files) and its
 state (:meth:`Callback.state_dict`, JSON-able) goes into the trainer's checkpoints, so a
-resumed run resumes its callbacks too.
+resumed run resumes its callbacks too. Tensor state (e.g. the shadow weights of
+:class:`~actlab.train.ema.EMA`) goes through :meth:`Callback.state_tensors` into the
+checkpoint's safetensors file instead.
 
 Hooks, all optional:
 
@@ -74,6 +76,13 @@ class Callback:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore :meth:`state_dict` output."""
+
+    def state_tensors(self) -> dict[str, Tensor]:
+        """Tensors a checkpoint keeps of this callback (stored in the safetensors file)."""
+        return {}
+
+    def load_state_tensors(self, tensors: dict[str, Tensor]) -> None:
+        """Restore :meth:`state_tensors` output (called only when there is some)."""
 
 
 def fire(callbacks: Sequence[Callback], hook: str, trainer: Any, step: int,

@@ -22,7 +22,7 @@ same update as one.
   the run with status ``diverged`` (never an exception) through a
   :class:`~actlab.train.callbacks.DivergenceStop`;
 * ``checkpoint_dir``: ``last.safetensors`` (model, optimizer state, RNG, step, history,
-  callback states) every ``checkpoint_every`` steps and at the end;
+  callback states and tensors) every ``checkpoint_every`` steps and at the end;
   ``Trainer.fit(resume=True)`` continues from it and ends with the same parameters and
   callback states as an uninterrupted run.
 """
@@ -325,9 +325,12 @@ class Trainer:
         path = self.checkpoint_path
         if path is None or not self.dist.is_main:
             return path
+        tensors = {f"callback.{i}.{name}": value for i, c in enumerate(self.callbacks)
+                   for name, value in c.state_tensors().items()}
         save_checkpoint(path, unwrap_model(self.model), self.optimizer, self.step,
                         {"history": self.history, "config": asdict(self.config),
-                         "callbacks": [c.state_dict() for c in self.callbacks]})
+                         "callbacks": [c.state_dict() for c in self.callbacks]},
+                        extra_tensors=tensors)
         return path
 
     def load_checkpoint(self) -> bool:
@@ -340,6 +343,11 @@ class Trainer:
         self.history = list(meta["extra"].get("history", []))
         for callback, state in zip(self.callbacks, meta["extra"].get("callbacks", [])):
             callback.load_state_dict(state)
+        for i, callback in enumerate(self.callbacks):
+            prefix = f"callback.{i}."
+            own = {k[len(prefix):]: v for k, v in meta["tensors"].items() if k.startswith(prefix)}
+            if own:
+                callback.load_state_tensors(own)
         return True
 
 
@@ -349,11 +357,13 @@ def _report_dtype(loss: Tensor) -> torch.dtype:
 
 def save_checkpoint(path: str | os.PathLike, model: nn.Module,
                     optimizer: torch.optim.Optimizer | None = None, step: int = 0,
-                    extra: dict[str, Any] | None = None) -> None:
+                    extra: dict[str, Any] | None = None,
+                    extra_tensors: dict[str, Tensor] | None = None) -> None:
     """Save model and optimizer tensors to a safetensors file; the rest goes in its metadata.
 
     Keys: ``model.<name>`` (tied weights are stored once per name), ``optim.<i>.<key>``
-    for tensor optimizer state and ``rng.cpu`` for the CPU generator state.
+    for tensor optimizer state, ``rng.cpu`` for the CPU generator state and
+    ``extra.<key>`` for ``extra_tensors`` (e.g. callback tensors).
     """
     from safetensors.torch import save_file
 
@@ -371,6 +381,8 @@ def save_checkpoint(path: str | os.PathLike, model: nn.Module,
                 else:
                     scalars.setdefault(str(index), {})[key] = value
         groups = state["param_groups"]
+    for key, value in (extra_tensors or {}).items():
+        tensors[f"extra.{key}"] = value.detach().cpu().contiguous().clone()
     tensors["rng.cpu"] = torch.get_rng_state()
     metadata = {"format": "actlab-trainer-1", "step": str(int(step)),
                 "param_groups": json.dumps(groups), "optim_scalars": json.dumps(scalars),
@@ -387,7 +399,8 @@ def load_checkpoint(path: str | os.PathLike, model: nn.Module,
                     device: torch.device | str = "cpu") -> dict[str, Any]:
     """Load a file written by :func:`save_checkpoint` into ``model`` (and ``optimizer``).
 
-    Returns the metadata: ``{"step": int, "extra": dict}``.
+    Returns the metadata and the extra tensors: ``{"step": int, "extra": dict,
+    "tensors": dict}`` (``tensors`` holds the ``extra_tensors`` of :func:`save_checkpoint`).
     """
     from safetensors import safe_open
     from safetensors.torch import load_file
@@ -412,7 +425,9 @@ def load_checkpoint(path: str | os.PathLike, model: nn.Module,
                                    "param_groups": json.loads(metadata["param_groups"])})
     if "rng.cpu" in tensors:
         torch.set_rng_state(tensors["rng.cpu"])
-    return {"step": int(metadata["step"]), "extra": json.loads(metadata.get("extra", "{}"))}
+    extra_tensors = {k[len("extra."):]: v for k, v in tensors.items() if k.startswith("extra.")}
+    return {"step": int(metadata["step"]), "extra": json.loads(metadata.get("extra", "{}")),
+            "tensors": extra_tensors}
 
 
 def measure_step(model: nn.Module, batch: Batch, loss_fn: LossFn = default_loss, *,
