@@ -54,16 +54,21 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from actlab.activations.spec import activation as build_activation
 from actlab.errors import ConfigError, did_you_mean
-from actlab.nn.ffn import FFN, GATE_KINDS, GatedFFN, ffn_flops_per_token, matched_width
+from actlab.nn.ffn import (
+    FFN,
+    GATE_KINDS,
+    GatedFFN,
+    checked_block_parts,
+    ffn_flops_per_token,
+    matched_width,
+)
 from actlab.nn.norms import make_norm, parse_norm
 
 __all__ = ["DIT_CONFIGS", "DiT", "DiTBlock", "DiTConfig", "FinalLayer", "LabelEmbedder",
            "PatchEmbed", "TimestepEmbedder", "dit_config", "modulate", "sincos_pos_embed_2d",
            "timestep_embedding", "unpatchify"]
 
-FFN_KINDS = ("plain", *GATE_KINDS)
 FREQUENCY_EMBEDDING_SIZE = 256  # sinusoidal timestep features, as the reference
 NORM_EPS = 1e-6  # the reference's LayerNorm eps
 
@@ -119,19 +124,7 @@ class DiTConfig:
         if not 0.0 <= self.class_dropout_prob < 1.0:
             raise ConfigError("class_dropout_prob",
                               f"must be in [0, 1), got {self.class_dropout_prob}")
-        self.ffn = self.ffn.lower()
-        if self.ffn not in FFN_KINDS:
-            hint = did_you_mean(self.ffn, FFN_KINDS, n=2, prefix="; ")
-            raise ConfigError("ffn", f"unknown kind {self.ffn!r}{hint} (valid: {', '.join(FFN_KINDS)})")
-        try:
-            parse_norm(self.norm)
-        except ValueError as exc:
-            raise ConfigError("norm", str(exc)) from None
-        if not self.gated:
-            try:
-                build_activation(self.activation)
-            except ValueError as exc:
-                raise ConfigError("activation", str(exc)) from None
+        self.ffn = checked_block_parts(self.ffn, self.norm, self.activation)
 
     @property
     def gated(self) -> bool:

@@ -18,11 +18,15 @@ from __future__ import annotations
 from torch import Tensor, nn
 
 from actlab.activations.spec import activation
+from actlab.errors import ConfigError, did_you_mean
+from actlab.nn.norms import parse_norm
 
 __all__ = [
     "FFN",
+    "FFN_KINDS",
     "GATE_KINDS",
     "GatedFFN",
+    "checked_block_parts",
     "ffn_flops_per_token",
     "ffn_param_count",
     "gated_ffn",
@@ -32,6 +36,29 @@ __all__ = [
 # The named gated variants and the gate activation each uses (Shazeer 2020).
 GATE_KINDS: dict[str, str] = {"glu": "sigmoid", "reglu": "relu", "geglu": "gelu",
                               "swiglu": "silu"}
+#: What a transformer block's ``ffn`` field may be: the plain FFN or a named gated one.
+FFN_KINDS = ("plain", *GATE_KINDS)
+
+
+def checked_block_parts(ffn: str, norm: str, activation_spec: str | None = None) -> str:
+    """Check a transformer config's ``ffn`` kind, ``norm`` spec and (for a plain FFN)
+    ``activation`` spec; return the ffn kind in lower case.
+
+    Raises :class:`~actlab.errors.ConfigError` naming the field and the closest valid names.
+    """
+    kind = ffn.lower()
+    if kind not in FFN_KINDS:
+        hint = did_you_mean(kind, FFN_KINDS, n=2, prefix="; ")
+        raise ConfigError("ffn", f"unknown kind {kind!r}{hint} (valid: {', '.join(FFN_KINDS)})")
+    for field, check, value in (("norm", parse_norm, norm), ("activation", activation,
+                                                               activation_spec)):
+        if value is None or (field == "activation" and kind != "plain"):
+            continue
+        try:
+            check(value)
+        except ValueError as exc:
+            raise ConfigError(field, str(exc)) from None
+    return kind
 
 
 class FFN(nn.Module):

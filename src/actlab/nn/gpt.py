@@ -28,21 +28,20 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from actlab.errors import ConfigError, did_you_mean
+from actlab.errors import ConfigError
 from actlab.nn.ffn import (
     FFN,
+    FFN_KINDS,
     GATE_KINDS,
     GatedFFN,
+    checked_block_parts,
     ffn_flops_per_token,
     ffn_param_count,
     matched_width,
 )
-from actlab.nn.norms import make_norm, parse_norm
+from actlab.nn.norms import make_norm
 
 __all__ = ["FFN_KINDS", "GPT", "GPTConfig"]
-
-FFN_KINDS = ("plain", *GATE_KINDS)
-
 
 @dataclass
 class GPTConfig:
@@ -79,14 +78,7 @@ class GPTConfig:
             raise ConfigError("dropout", f"must be in [0, 1), got {self.dropout}")
         if not self.init_std > 0:
             raise ConfigError("init_std", f"must be > 0, got {self.init_std}")
-        self.ffn = self.ffn.lower()
-        if self.ffn not in FFN_KINDS:
-            hint = did_you_mean(self.ffn, FFN_KINDS, n=2, prefix="; ")
-            raise ConfigError("ffn", f"unknown kind {self.ffn!r}{hint} (valid: {', '.join(FFN_KINDS)})")
-        try:
-            parse_norm(self.norm)
-        except ValueError as exc:
-            raise ConfigError("norm", str(exc)) from None
+        self.ffn = checked_block_parts(self.ffn, self.norm)
 
     @property
     def gated(self) -> bool:
