@@ -13,13 +13,26 @@ same Trainer run without it: whole ``trainer.train()`` calls of the same steps o
 batches, interleaved over rounds, median over median (skipped if transformers/accelerate are
 missing).
 
+Two more measurements train ``actlab.nn.gpt.GPT`` at a small shape (2 layers, width 128,
+context 64, batch 16): compiled with ``torch.compile`` (CPU inductor), and in a 2-process
+DDP run (gloo, one thread each; the figure is the mean of the ranks' ratios). Beside the
+probe (every 10 steps / every step) they time, in the same interleaved rounds and at the
+same intervals, the peers a user would otherwise reach for (benchmarks/overhead_peers.py):
+``wandb.watch(model, log="all", log_freq=10 / 1)`` in an offline run (skipped if wandb
+cannot import) and forward hooks reading mean, negative share and sparsity per activation
+with ``.item()``. Every condition warms up (compiles) on 10 steps before timing, and the
+time to read the probe's table is added to its rounds. ``--smoke`` runs them at a tiny
+shape, one round, dynamo's ``eager`` backend: a check that everything runs (< 30 s), not a
+measurement.
+
 Goals (issues 3 and 21): <= 1.05x recording every 10 steps, <= 1.25x recording every step.
 On CPU the clock is the process's CPU time (robust to other processes sharing the cores;
 run with ``--threads 1`` so CPU time equals busy time), on GPU wall time after a
 synchronise. Timings on a shared machine are still noisy; the interleaving keeps them fair.
 
     python benchmarks/probe_overhead.py [--rounds 15] [--threads 1] [--device cpu] [--quick]
-                                        [--only resmlp,gpt,trainer]
+                                        [--only resmlp,gpt,trainer,compiled,ddp] [--smoke]
+                                        [--backend inductor]
 
 The last line printed is a JSON object of the ratios.
 """
@@ -272,22 +285,168 @@ def measure_trainer(device: torch.device, rounds: int, quick: bool) -> dict[str,
             "every1_over_plain": statistics.median(times["every1"]) / plain}
 
 
+# ----------------------------------------------------------------------------- compiled, DDP
+# Conditions of the compiled and distributed runs: the bare model, the probe and its peers
+# (benchmarks/overhead_peers.py), each recording every 10 steps and every step.
+PEERS = ("probe", "items", "wandb")
+MEASUREMENTS = ("resmlp", "gpt", "trainer", "compiled", "ddp")
+
+
+def small_gpt(smoke: bool) -> tuple[nn.Module, Callable]:
+    """``actlab.nn.gpt.GPT`` at a small shape and a ``loss(model, step)`` on seeded batches."""
+    from actlab.nn.gpt import GPT as ActlabGPT
+    from actlab.nn.gpt import GPTConfig
+
+    config = GPTConfig(vocab_size=256, block_size=32 if smoke else 64, n_layer=1 if smoke else 2,
+                       n_head=2 if smoke else 4, n_embd=32 if smoke else 128)
+    model = ActlabGPT(config, seed=0)
+    gen = torch.Generator().manual_seed(1)
+    seqs = torch.randint(0, 256, (8, 4 if smoke else 16, config.block_size + 1), generator=gen)
+
+    def loss(m: nn.Module, step: int) -> torch.Tensor:
+        s = seqs[step % 8]
+        return m(s[:, :-1], s[:, 1:])[1]
+    return model, loss
+
+
+def make_conditions(base: nn.Module, wrap: Callable[[nn.Module], nn.Module],
+                    peers: tuple[str, ...]) -> dict[str, tuple[nn.Module, torch.optim.Optimizer,
+                                                                 object]]:
+    """Per condition: its own copy of ``base`` (wrapped: compiled or DDP), Adam, the recorder."""
+    from overhead_peers import ItemHooks, Plain, ProbeCondition, wandb_condition
+
+    def build(kind: str, every: int) -> tuple[nn.Module, object] | None:
+        model = wrap(copy.deepcopy(base))
+        if kind == "plain":
+            return model, Plain()
+        if kind == "probe":
+            return model, ProbeCondition(model, every, blocks=["blocks.0"])
+        if kind == "items":
+            return model, ItemHooks(model, every)
+        made = wandb_condition(model, every)
+        return None if made is None else (model, made)
+
+    out = {}
+    for kind, every in [("plain", 0)] + [(k, e) for k in peers for e in (10, 1)]:
+        built = build(kind, every)
+        if built is not None:
+            model, recorder = built
+            name = kind if kind == "plain" else f"{kind}_every{every}"
+            out[name] = (model, torch.optim.Adam(model.parameters(), lr=1e-3), recorder)
+    return out
+
+
+def time_conditions(conditions: dict, loss_fn: Callable, rounds: int) -> dict[str, float]:
+    """Median 10-step round time (process CPU time) of each condition over the plain one."""
+    steps = dict.fromkeys(conditions, 0)
+
+    def run(cond: str, n: int) -> float:
+        model, opt, recorder = conditions[cond]
+        start = time.process_time()
+        for _ in range(n):
+            loss_fn(model, steps[cond]).backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            recorder.after_step()
+            steps[cond] += 1
+        return time.process_time() - start
+
+    for cond in conditions:  # warm-up: compiles both graphs (a recorded and an unrecorded step)
+        run(cond, 10)
+    times: dict[str, list[float]] = {cond: [] for cond in conditions}
+    for r in range(rounds):
+        for cond in (list(conditions) if r % 2 == 0 else list(reversed(conditions))):
+            times[cond].append(run(cond, 10))
+    for cond, (_, _, recorder) in conditions.items():
+        start = time.process_time()
+        recorder.close()  # reading the probe's table belongs to its cost: add it per round
+        times[cond] = [t + (time.process_time() - start) / rounds for t in times[cond]]
+    plain = statistics.median(times["plain"])
+    return {cond: statistics.median(t) / plain for cond, t in times.items() if cond != "plain"} | {
+        "plain_step_ms": 1000 * plain / 10}
+
+
+def measure_compiled(rounds: int, smoke: bool, backend: str) -> dict[str, float]:
+    """The small actlab GPT under ``torch.compile`` (CPU) for every condition."""
+    import warnings
+
+    base, loss_fn = small_gpt(smoke)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        conditions = make_conditions(base, lambda m: torch.compile(m, backend=backend), PEERS)
+        return time_conditions(conditions, loss_fn, rounds)
+
+
+def _ddp_worker(rank: int, world: int, port: int, rounds: int, smoke: bool, out_dir: str) -> None:
+    import os
+
+    import torch.distributed as dist
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    try:
+        base, loss_fn = small_gpt(smoke)
+        ddp = torch.nn.parallel.DistributedDataParallel
+        conditions = make_conditions(base, ddp, PEERS)
+        res = time_conditions(conditions, loss_fn, rounds)
+        with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as f:
+            json.dump(res, f)
+    finally:
+        dist.destroy_process_group()
+
+
+def measure_ddp(rounds: int, smoke: bool, world: int = 2) -> dict[str, float]:
+    """The small actlab GPT under DDP (gloo, ``world`` CPU processes); the mean over ranks."""
+    import os
+    import socket
+    import tempfile
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    out_dir = tempfile.mkdtemp(prefix="probe_overhead_ddp_")
+    torch.multiprocessing.spawn(_ddp_worker, args=(world, port, rounds, smoke, out_dir),
+                                nprocs=world)
+    ranks = []
+    for rank in range(world):
+        with open(os.path.join(out_dir, f"rank{rank}.json")) as f:
+            ranks.append(json.load(f))
+    return {k: statistics.mean(r[k] for r in ranks) for k in ranks[0]}
+
+
+def report(name: str, res: dict[str, float], figures: dict[str, float]) -> None:
+    """Print one line per condition (against its goal) and add the ratios to ``figures``."""
+    print(f"{name}: plain step {res['plain_step_ms']:.2f} ms")
+    for cond in sorted(k for k in res if k != "plain_step_ms"):
+        goal = 1.05 if cond.endswith("every10") else 1.25
+        note = f" (goal <= {goal})" if cond.startswith("probe") else ""
+        print(f"  {cond:16s} {res[cond]:.3f}x{note}")
+        figures[f"{name}_{cond}_over_plain"] = round(res[cond], 4)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--quick", action="store_true", help="smaller models, 5 rounds")
-    parser.add_argument("--only", default="resmlp,gpt,trainer",
-                        help="comma list of measurements: resmlp, gpt, trainer")
+    parser.add_argument("--only", default=",".join(MEASUREMENTS),
+                        help=f"comma list of measurements: {', '.join(MEASUREMENTS)}")
+    parser.add_argument("--smoke", action="store_true",
+                        help="seconds, not minutes: tiny compiled (dynamo's eager backend) and "
+                             "DDP runs with every peer, 1 round; the figures mean nothing")
+    parser.add_argument("--backend", default="inductor", help="torch.compile backend")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)
-    rounds = 5 if args.quick else args.rounds
+    rounds = 1 if args.smoke else 5 if args.quick else args.rounds
     only = [o.strip() for o in args.only.split(",") if o.strip()]
-    unknown = sorted(set(only) - {"resmlp", "gpt", "trainer"})
+    if args.smoke:
+        only = [o for o in only if o in ("compiled", "ddp")]
+    unknown = sorted(set(only) - set(MEASUREMENTS))
     if unknown:
-        parser.error(f"--only: unknown {', '.join(unknown)}; choose from resmlp, gpt, trainer")
+        parser.error(f"--only: unknown {', '.join(unknown)}; choose from {', '.join(MEASUREMENTS)}")
     figures: dict[str, float] = {}
     for name in (n for n in ("resmlp", "gpt") if n in only):
         res = measure(name, device, rounds, args.quick)
@@ -304,6 +463,12 @@ def main() -> None:
               f"every step: {res['every1_over_plain']:.3f}x (goal <= 1.25)")
         figures["trainer_every10_over_plain"] = round(res["every10_over_plain"], 4)
         figures["trainer_every1_over_plain"] = round(res["every1_over_plain"], 4)
+    if "compiled" in only:
+        backend = "eager" if args.smoke else args.backend
+        print(f"torch.compile backend: {backend}")
+        report("compiled", measure_compiled(rounds, args.smoke, backend), figures)
+    if "ddp" in only:
+        report("ddp", measure_ddp(rounds, args.smoke), figures)
     assert all(math.isfinite(v) for v in figures.values())
     print(json.dumps(figures))
 

@@ -2,8 +2,10 @@
 optimizer step, and an optional curvature schedule on a held batch.
 
 The callbacks only translate their host's events into :meth:`ProbeSession.begin`,
-:meth:`ProbeSession.optimizer_step` and :meth:`ProbeSession.end`, and hand the returned
-``{"actlab/<metric>/<layer>": value}`` dicts to the host's own logging.
+:meth:`ProbeSession.capture_grads`, :meth:`ProbeSession.optimizer_step` and
+:meth:`ProbeSession.end`, and hand the returned ``{"actlab/<metric>/<layer>": value}`` dicts
+to the host's own logging. The probe runs on every rank (its statistics merge across ranks
+on each recorded step); only rank 0 returns values and measures curvature.
 """
 
 from __future__ import annotations
@@ -131,6 +133,12 @@ def _without_hooks(model: nn.Module) -> nn.Module:
     return clone
 
 
+def _is_main() -> bool:
+    """Rank 0 of the process group, or no process group."""
+    return not (torch.distributed.is_available() and torch.distributed.is_initialized()) \
+        or torch.distributed.get_rank() == 0
+
+
 def key(metric: str, layer: str) -> str:
     """The logged name of one value: ``actlab/<metric>/<layer>``."""
     return f"{PREFIX}/{metric}/{layer}"
@@ -181,15 +189,21 @@ class ProbeSession:
         self.probe.step()
         self.steps += 1
         logs = self._probe_values(done)
-        if self.curvature is not None and self.steps % self.curvature.every == 0:
+        if self.curvature is not None and self.steps % self.curvature.every == 0 and _is_main():
             for metric, value in measure_curvature(self.model, self.curvature,
                                                    self._generator).items():
                 self.curvature_rows.append((self.steps, CURVATURE_LAYER, metric, value))
                 logs[key(metric, CURVATURE_LAYER)] = value
         return logs
 
+    def capture_grads(self) -> None:
+        """Under a process group: read the reduced gradients now (before the optimizer step)."""
+        if self.probe is not None and self.probe.distributed:
+            self.probe.capture_grads()
+
     def _probe_values(self, step: int) -> dict[str, float]:
-        # Weight rows of the next step are recorded when this one closes: keep them back.
+        # Only the rows recorded since the last call are read (the cost does not grow with
+        # the run); weight rows of the next step are recorded when this one closes: keep them.
         if not self.probe.write(self._sink) and not self._held:
             return {}
         frames = self._held + self._sink.frames

@@ -38,8 +38,10 @@ class ProbeCallback(Callback):
             required here (``loss(module, batch) -> scalar``).
         **probe_kwargs: further :class:`~actlab.probe.Probe` arguments.
 
-    Only global rank 0 probes and logs (``rank_zero_only=True``): under DDP the values are
-    the statistics of rank 0's batches. Hooks are removed when training ends.
+    The probe runs on every rank and merges their statistics on each recorded step, so under
+    DDP / FSDP the values are those of the global batch; only global rank 0 logs
+    (``rank_zero_only=True``). Weight gradients are read in ``on_before_optimizer_step``
+    (after the all-reduce, before clipping). Hooks are removed when training ends.
     """
 
     def __init__(self, every: Any = 10, metrics: Iterable[str] | None = None, sites: Any = None,
@@ -52,10 +54,14 @@ class ProbeCallback(Callback):
         self._seen_step = 0
 
     def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        """Attach the probe on global rank 0."""
+        """Attach the probe (on every rank)."""
         self._seen_step = trainer.global_step
-        if trainer.is_global_zero:
-            self.session.begin(pl_module)
+        self.session.begin(pl_module)
+
+    def on_before_optimizer_step(self, trainer: Trainer, pl_module: LightningModule,
+                                 optimizer: Any) -> None:
+        """Gradients are reduced across ranks now: read them (under a process group)."""
+        self.session.capture_grads()
 
     def on_train_batch_end(self, trainer: Trainer, pl_module: LightningModule, outputs: Any,
                            batch: Any, batch_idx: int) -> None:

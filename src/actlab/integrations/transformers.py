@@ -43,8 +43,10 @@ class ProbeCallback(TrainerCallback):
         **probe_kwargs: further :class:`~actlab.probe.Probe` arguments (``weights``,
             ``blocks``, ``histograms``, ...).
 
-    Only the main process (``state.is_world_process_zero``) probes and logs: under DDP the
-    values are the statistics of rank 0's batches. Hooks are removed at the end of training
+    The probe runs on every process and merges their statistics on each recorded step, so
+    under DDP / FSDP the values are those of the global batch; only the main process logs.
+    Weight gradients are read in ``on_pre_optimizer_step`` under a process group, after the
+    all-reduce and after the Trainer's gradient clipping (``max_grad_norm``). Hooks are removed at the end of training
     (:meth:`table` keeps the values); the parameters are bitwise those of a run without the
     callback.
     """
@@ -58,10 +60,14 @@ class ProbeCallback(TrainerCallback):
 
     def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None,
                        **kwargs: Any) -> None:
-        """Attach the probe (main process only) and find the Trainer's callback handler."""
+        """Attach the probe (on every process) and find the Trainer's callback handler."""
         self._handler = _calling_handler()
-        if state.is_world_process_zero and model is not None:
+        if model is not None:
             self.session.begin(model)
+
+    def on_pre_optimizer_step(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        """Gradients are reduced across processes now: read them (under a process group)."""
+        self.session.capture_grads()
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         """One optimizer step ended: close it and report what is due."""

@@ -2,9 +2,10 @@
 
 Every reduction comes in two halves. The *device* half (``*_raw``) runs inside a hook on the
 tensors of one forward or backward pass and returns a short vector of moments, still on the
-device, with no host synchronisation. The *host* half (``combine_*``) runs when the table is
-read: it pools the vectors of all passes of one recorded step into the final metric values,
-in float64 NumPy. Nothing per example is ever stored.
+device, with no host synchronisation. The *host* half runs in float64 NumPy: ``*_stats``
+pools the vectors of all passes of one recorded step into sufficient statistics that merge
+exactly across passes and ranks (:mod:`actlab.probe.merge`), and ``*_metrics`` turns the
+merged statistics into the final metric values. Nothing per example is ever stored.
 
 Exact definitions (``N`` is the number of elements, all means are over every element of the
 tensor unless stated otherwise):
@@ -42,6 +43,8 @@ import functools
 import numpy as np
 import torch
 
+from actlab.probe.merge import Stat, Stats, comoments_rows, moments_rows
+
 ACT_FORWARD = (
     "preact_neg_frac", "preact_mean", "preact_std", "act_mean", "act_std", "sparsity",
     "act_max", "act_min", "act_range", "saturation_frac",
@@ -69,10 +72,10 @@ def _stat_dtype(t: torch.Tensor) -> torch.Tensor:
 # Counting with comparisons (``(p < 0).sum()``) and ``torch.var_mean`` are slow CPU paths
 # (bool intermediates, Welford loops: 10-100x a plain sum). The device halves below use
 # float ops only (sum, dot, clamp, sign), which vectorise, reuse one scratch buffer, and count
-# exactly: ``sign(clamp(p, max=0))`` is -1 exactly where p < 0 and 0 elsewhere. They return
-# raw sums; every division, square root and pooling happens on the host in float64.
-# Variances come from ``E[x^2] - E[x]^2``, accumulated in the statistics dtype: the relative
-# error is about ``machine eps * (1 + mean^2 / var)``, negligible unless ``|mean| >> std``.
+# exactly: ``sign(clamp(p, max=0))`` is -1 exactly where p < 0 and 0 elsewhere.
+# Variances are centred moments ``m2 = sum (x - mean)^2`` (two passes over the data, no
+# cancellation when ``|mean| >> std``); passes and ranks merge them with the parallel
+# formulas of :mod:`actlab.probe.merge`. Every division and square root happens on the host.
 def _count_negative(t: torch.Tensor, scratch: torch.Tensor) -> torch.Tensor:
     """Number of elements < 0 (as a float tensor); overwrites ``scratch``."""
     return -torch.clamp(t, max=0, out=scratch).sign_().sum()
@@ -83,27 +86,35 @@ def _count_above(t: torch.Tensor, threshold: float, scratch: torch.Tensor) -> to
     return torch.sub(t, threshold, out=scratch).relu_().sign_().sum()
 
 
-@functools.lru_cache(maxsize=64)
+def _centred(t: torch.Tensor, scratch: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(mean, sum (t - mean)^2)`` of a flat tensor; overwrites ``scratch``."""
+    mean = t.sum() / max(t.numel(), 1)
+    torch.sub(t, mean, out=scratch)
+    return mean, scratch @ scratch
+
+
+@torch.compiler.assume_constant_result  # a constant under torch.compile, not a graph break
 def _float_below(value: float, dtype: torch.dtype) -> float:
     """The largest ``dtype`` number below ``value``."""
+    return _float_below_cached(value, dtype)
+
+
+@functools.lru_cache(maxsize=64)
+def _float_below_cached(value: float, dtype: torch.dtype) -> float:
     v = torch.tensor(value, dtype=dtype)
     return float(torch.nextafter(v, torch.zeros((), dtype=dtype)))
-
-
-def _var(sum_: np.ndarray | float, sumsq: np.ndarray | float, n: np.ndarray | float) -> float:
-    mean = sum_ / n
-    return float(max(sumsq / n - mean * mean, 0.0))
 
 
 def forward_raw(p: torch.Tensor, a: torch.Tensor, eps: float,
                 bounds: tuple[float, float] | None, tol: float,
                 scratch: torch.Tensor | None = None) -> torch.Tensor:
-    """Device-side sums of one forward pass through a site.
+    """Device-side statistics of one forward pass through a site.
 
-    Returns ``[sum p, sum p^2, #(p < 0), sum a, sum a^2, #(|a| >= eps), max a, min a,
-    #saturated]`` (the last is 0 for unbounded sites). ``scratch``: a reusable flat buffer of
-    at least ``max(p.numel(), a.numel())`` elements in the statistics dtype (allocating an
-    activation-sized buffer on every pass costs page faults on CPU).
+    Returns ``[mean p, m2 p, #(p < 0), mean a, m2 a, #(|a| >= eps), max a, min a,
+    #saturated]`` with ``m2 = sum (x - mean)^2`` (``#saturated`` is 0 for unbounded sites).
+    ``scratch``: a reusable flat buffer of at least ``max(p.numel(), a.numel())`` elements in
+    the statistics dtype (allocating an activation-sized buffer on every pass costs page
+    faults on CPU).
     """
     p = _stat_dtype(p.detach()).reshape(-1)
     a = _stat_dtype(a.detach()).to(p.dtype).reshape(-1)
@@ -112,6 +123,8 @@ def forward_raw(p: torch.Tensor, a: torch.Tensor, eps: float,
         scratch = torch.empty(size, dtype=p.dtype, device=p.device)
     buf_p, buf_a = scratch[:p.numel()], scratch[:a.numel()]
     neg = _count_negative(p, buf_p)
+    mean_p, m2_p = _centred(p, buf_p)
+    mean_a, m2_a = _centred(a, buf_a)
     a_min, a_max = torch.aminmax(a)
     # |a| < eps  <=>  not |a| > eps', with eps' the float just below eps
     torch.abs(a, out=buf_a)
@@ -124,28 +137,39 @@ def forward_raw(p: torch.Tensor, a: torch.Tensor, eps: float,
         centre, half = (low + high) / 2, (high - low) / 2
         torch.sub(a, centre, out=buf_a).abs_()
         sat = _count_above(buf_a, half - tol, buf_a)
-    return torch.stack([p.sum(), p @ p, neg, a.sum(), a @ a, dense, a_max, a_min, sat])
+    return torch.stack([mean_p, m2_p, neg, mean_a, m2_a, dense, a_max, a_min, sat])
 
 
-def combine_forward(raw: np.ndarray, n_pre: np.ndarray, n_post: np.ndarray,
-                    bounded: bool) -> dict[str, float]:
-    """Pool the ``forward_raw`` rows of several passes (``raw``: passes x 9) into metrics."""
-    total = raw[:, :6].sum(axis=0)
-    n_p, n_a = n_pre.sum(), n_post.sum()
-    a_max, a_min = float(raw[:, 6].max()), float(raw[:, 7].min())
+def forward_stats(raw: np.ndarray, n_pre: np.ndarray, n_post: np.ndarray) -> Stats:
+    """Sufficient statistics of the ``forward_raw`` rows of several passes (passes x 9)."""
+    return {
+        "pre": moments_rows(n_pre, raw[:, 0], raw[:, 1]),
+        "post": moments_rows(n_post, raw[:, 3], raw[:, 4]),
+        "counts": Stat("sum", raw[:, [2, 5, 8]].sum(axis=0)),
+        "max": Stat("max", raw[:, 6].max(keepdims=True)),
+        "min": Stat("min", raw[:, 7].min(keepdims=True)),
+    }
+
+
+def forward_metrics(stats: Stats, bounded: bool) -> dict[str, float]:
+    """Forward metrics of a site from (merged) :func:`forward_stats`."""
+    n_p, mean_p, m2_p = stats["pre"].value
+    n_a, mean_a, m2_a = stats["post"].value
+    neg, dense, sat = stats["counts"].value
+    a_max, a_min = float(stats["max"].value[0]), float(stats["min"].value[0])
     out = {
-        "preact_neg_frac": float(total[2] / n_p),
-        "preact_mean": float(total[0] / n_p),
-        "preact_std": float(np.sqrt(_var(total[0], total[1], n_p))),
-        "act_mean": float(total[3] / n_a),
-        "act_std": float(np.sqrt(_var(total[3], total[4], n_a))),
-        "sparsity": float(1.0 - total[5] / n_a),
+        "preact_neg_frac": float(neg / n_p),
+        "preact_mean": float(mean_p),
+        "preact_std": float(np.sqrt(max(m2_p / n_p, 0.0))),
+        "act_mean": float(mean_a),
+        "act_std": float(np.sqrt(max(m2_a / n_a, 0.0))),
+        "sparsity": float(1.0 - dense / n_a),
         "act_max": a_max,
         "act_min": a_min,
         "act_range": a_max - a_min,
     }
     if bounded:
-        out["saturation_frac"] = float(raw[:, 8].sum() / n_a)
+        out["saturation_frac"] = float(sat / n_a)
     return out
 
 
@@ -182,28 +206,39 @@ def backward_raw(g: torch.Tensor, x_rows: torch.Tensor | None) -> torch.Tensor:
     return torch.stack([mean_g, cov, mean_rg, mean_rx])
 
 
-def combine_backward(raw: np.ndarray, numel: np.ndarray, rows: np.ndarray,
-                     fan: np.ndarray | None) -> dict[str, float]:
-    """Pool ``backward_raw`` rows; ``fan`` holds ``d_out * d_in`` per pass (None: no cov)."""
-    out = {"preact_grad_mean": float((numel * raw[:, 0]).sum() / numel.sum())}
+def backward_stats(raw: np.ndarray, numel: np.ndarray, rows: np.ndarray,
+                   fan: np.ndarray | None, scale: float = 1.0) -> Stats:
+    """Sufficient statistics of ``backward_raw`` rows; ``fan`` holds ``d_out * d_in`` per pass
+    (None: no covariance). ``scale`` multiplies ``g`` (the probe's ``1 / world size``: each
+    rank's loss is its own mean, the global loss their mean)."""
+    out = {"grad": Stat("sum", [(numel * raw[:, 0]).sum() * scale, numel.sum()])}
     if fan is not None:
-        total = rows.sum()
-        mean_rg = (rows * raw[:, 2]).sum() / total
-        mean_rx = (rows * raw[:, 3]).sum() / total
-        # pooled covariance of the row sums, then the mean over (i, k)
-        cov = (rows * (raw[:, 1] + (raw[:, 2] - mean_rg) * (raw[:, 3] - mean_rx))).sum() / total
-        out["preact_grad_cov"] = float(cov / fan[0])
+        # the co-moment of the row sums G (scaled like g) and X; backward_raw's cov is its mean
+        out["cov"] = comoments_rows(rows, raw[:, 2] * scale, raw[:, 3], rows * raw[:, 1] * scale)
+        out["fan"] = Stat("max", fan[:1])
+    return out
+
+
+def backward_metrics(stats: Stats) -> dict[str, float]:
+    """Backward metrics of a site from (merged) :func:`backward_stats`."""
+    total, count = stats["grad"].value
+    out = {"preact_grad_mean": float(total / count)}
+    if "cov" in stats:
+        n, _, _, c = stats["cov"].value
+        out["preact_grad_cov"] = float(c / n / stats["fan"].value[0])
     return out
 
 
 # ----------------------------------------------------------------------------- weights
 def weight_raw_(w: torch.Tensor, w0: torch.Tensor, w_prev: torch.Tensor,
-                std0: torch.Tensor) -> torch.Tensor:
-    """Device-side sums of one weight against its initial and previously recorded values:
-    ``[sum w, sum w^2, #(w < 0), sum |w - w0|, sum (w - w0)^2, sum (w - w_prev)^2, std(w0)]``.
+                m0: torch.Tensor) -> torch.Tensor:
+    """Device-side statistics of one weight (its local shard under FSDP) against its initial
+    and previously recorded values: ``[mean w, m2 w, #(w < 0), sum |w - w0|,
+    sum (w - w0)^2, sum (w - w_prev)^2, mean w0, m2 w0]`` (``m2 = sum (x - mean)^2``).
 
-    ``w0`` and ``w_prev`` are contiguous snapshots in the statistics dtype; ``w_prev`` doubles
-    as the scratch tensor (no allocation) and holds ``w`` on return.
+    ``w0`` and ``w_prev`` are contiguous snapshots in the statistics dtype, ``m0`` the
+    ``[mean, m2]`` of ``w0``; ``w_prev`` doubles as the scratch tensor (no allocation) and
+    holds ``w`` on return.
     """
     flat = _stat_dtype(w.detach()).reshape(-1)
     prev = w_prev.view(-1)
@@ -213,29 +248,56 @@ def weight_raw_(w: torch.Tensor, w0: torch.Tensor, w_prev: torch.Tensor,
     dist_sq = prev @ prev
     l1 = prev.abs_().sum()
     neg = _count_negative(flat, prev)
+    mean, m2 = _centred(flat, prev)
     prev.copy_(flat)
-    return torch.stack([flat.sum(), flat @ flat, neg, l1, dist_sq, update_sq, std0])
+    return torch.stack([mean, m2, neg, l1, dist_sq, update_sq, m0[0], m0[1]])
 
 
-def combine_weight(raw: np.ndarray, n: int) -> dict[str, float]:
-    """Weight metrics from one ``weight_raw_`` row of a weight with ``n`` elements."""
-    s, ss, neg, l1, dist_sq, update_sq, std0 = (float(v) for v in raw)
+def initial_moments(w0: torch.Tensor) -> torch.Tensor:
+    """``[mean, m2]`` of a weight snapshot (``drift_z`` divides by its std)."""
+    flat = w0.reshape(-1)
+    mean = flat.sum() / max(flat.numel(), 1)
+    centred = flat - mean
+    return torch.stack([mean, centred @ centred])
+
+
+def weight_stats(raw: np.ndarray, n: int) -> Stats:
+    """Sufficient statistics of one ``weight_raw_`` row of a weight (shard) of ``n`` elements."""
     return {
-        "weight_mean": s / n,
-        "weight_std": float(np.sqrt(_var(s, ss, n))),
-        "weight_neg_frac": neg / n,
-        "drift_z": l1 / n / std0 if std0 > 0 else float("nan"),
+        "w": moments_rows(n, raw[0], raw[1]),
+        "w0": moments_rows(n, raw[6], raw[7]),
+        "sums": Stat("sum", [raw[2], raw[3], raw[4], raw[5]]),
+    }
+
+
+def weight_metrics(stats: Stats) -> dict[str, float]:
+    """Weight metrics from (merged) :func:`weight_stats`."""
+    n, mean, m2 = stats["w"].value
+    _, _, m2_0 = stats["w0"].value
+    neg, l1, dist_sq, update_sq = stats["sums"].value
+    std0 = np.sqrt(max(m2_0 / n, 0.0))
+    return {
+        "weight_mean": float(mean),
+        "weight_std": float(np.sqrt(max(m2 / n, 0.0))),
+        "weight_neg_frac": float(neg / n),
+        "drift_z": float(l1 / n / std0) if std0 > 0 else float("nan"),
         "dist_from_init": float(np.sqrt(dist_sq)),
         "update_norm": float(np.sqrt(update_sq)),
     }
 
 
 def grad_raw(grad: torch.Tensor) -> torch.Tensor:
-    """Device-side ``[sum g^2, sum g]`` of an accumulated weight gradient."""
+    """Device-side ``[sum g^2, sum g]`` of an accumulated weight gradient (or its shard)."""
     flat = _stat_dtype(grad.detach()).reshape(-1)
     return torch.stack([flat @ flat, flat.sum()])
 
 
-def combine_grad(raw: np.ndarray, n: int) -> dict[str, float]:
-    """``grad_norm`` and ``grad_mean`` from one ``grad_raw`` row."""
-    return {"grad_norm": float(np.sqrt(raw[0])), "grad_mean": float(raw[1] / n)}
+def grad_stats(raw: np.ndarray, n: int) -> Stats:
+    """Sufficient statistics of one ``grad_raw`` row: ``[sum g^2, sum g, n]`` (summed)."""
+    return {"grad": Stat("sum", [raw[0], raw[1], n])}
+
+
+def grad_metrics(stats: Stats) -> dict[str, float]:
+    """``grad_norm`` and ``grad_mean`` from (merged) :func:`grad_stats`."""
+    sumsq, total, n = stats["grad"].value
+    return {"grad_norm": float(np.sqrt(sumsq)), "grad_mean": float(total / n)}

@@ -7,7 +7,9 @@ which is how :func:`actlab.register_metric` adds a metric without touching this 
 How it stays cheap:
 
 * hooks exist only during recorded steps: they are registered when a recorded step begins
-  and removed when it ends, so unrecorded steps run the bare model;
+  and removed when it ends, so unrecorded steps run the bare model. On a model holding
+  ``torch.compile`` wrappers they stay attached and a flag gates them instead, so the model
+  keeps two graphs and never recompiles (:mod:`actlab.probe.compiled`);
 * every statistic is reduced on the device to a few numbers per pass; nothing is moved to the
   host and nothing calls ``.item()`` until :meth:`Probe.table` (or :meth:`Probe.flush`);
 * nothing per example is stored.
@@ -22,6 +24,7 @@ weights of the next step (the final weights) are recorded if that step is on the
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,13 +32,18 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import torch
+import torch.distributed as dist
 from torch import nn
 
 from actlab.errors import ConfigError
+from actlab.probe import distributed as D
 from actlab.probe import metrics as M
 from actlab.probe.collectors import Collector, collectors_for
 from actlab.probe.columns import COLUMNS
+from actlab.probe.compiled import COMPILED_UNSUPPORTED, find_compiled
 from actlab.probe.forward import default_forward
+from actlab.probe.merge import Stat, Stats
+from actlab.probe.names import is_ddp, layer_name, unwrapped_modules
 from actlab.probe.schedule import Schedule, as_schedule
 from actlab.surgery import (
     Where,
@@ -94,16 +102,27 @@ class _Where:
     passes: _Passes = field(default_factory=dict)
     hist: torch.Tensor | None = None
     pending: torch.Tensor | None = None  # input of an in-place site, read before the call
+    # passes of a compiled call, (collector or None for histograms, raw, meta), filed by
+    # Probe._harvest after the call
+    out: list[tuple[Collector | None, torch.Tensor, Any]] | None = None
+    grad_scale: float = 1.0  # 1 / world size: each rank's loss is its own mean
+    global_batch: bool = False  # under a process group: unmergeable statistics keep the data
 
 
 @dataclass(eq=False)
 class _Weight:
     name: str
     param: nn.Parameter
-    w0: torch.Tensor
+    w0: torch.Tensor  # local shard under FSDP
     w_prev: torch.Tensor
-    std0: torch.Tensor
+    m0: torch.Tensor  # [mean, m2] of w0
+    sharded: bool = False  # a DTensor shard: its statistics are reduced across ranks
     passes: _Passes = field(default_factory=dict)
+
+
+def _frame(rows: list[tuple[int, str, str, float]]) -> pd.DataFrame:
+    """Rows as the tidy table (columns step, layer, metric, value)."""
+    return pd.DataFrame(rows, columns=COLUMNS).astype({"step": "int64", "value": "float64"})
 
 
 class Probe:
@@ -130,6 +149,25 @@ class Probe:
         hist_range: ``(low, high)`` of the histogram bins; values outside go to the edge bins.
         inputs: modules (or names) whose *input* the ``input`` metrics read, e.g. MLP
             down-projections for ``down_input_range``.
+        writers: objects with ``write(df)`` (e.g.
+            :class:`~actlab.probe.writers.TensorBoardWriter`) that receive each recorded
+            step's rows as soon as the step closes (on rank 0 only under a process group).
+        max_rows: keep at most this many rows (and histogram rows) in memory, the newest;
+            ``None`` keeps all. With writers or ``max_rows`` rows are moved to the host when
+            each recorded step closes, so memory and the cost of a record do not grow with
+            the run. :meth:`table` returns the rows kept.
+        distributed: merge the statistics of every rank of the default process group on each
+            recorded step (``None``: when one is initialised with more than one rank). Needs
+            the same model, schedule and probe on every rank, every rank calling
+            :meth:`step` and :meth:`close`, and a loss that is each rank's own mean (the
+            gradients DDP / FSDP average).
+
+    Under a process group every statistic merges exactly (:mod:`actlab.probe.merge`), so the
+    table equals that of one process seeing the global batch: activation statistics of all
+    ranks' passes, weight statistics of the local shards (DTensor under FSDP2, never
+    gathered), weight gradients read after the reduction (see :meth:`capture_grads`) and
+    activation gradients scaled to the global mean loss. Create the probe after wrapping
+    the model (DDP, ``fully_shard``).
     """
 
     def __init__(
@@ -146,6 +184,9 @@ class Probe:
         histograms: int | None = None,
         hist_range: tuple[float, float] = (-8.0, 8.0),
         inputs: Iterable[nn.Module | str] | None = None,
+        writers: Iterable[Any] = (),
+        max_rows: int | None = None,
+        distributed: bool | None = None,
     ) -> None:
         self.model = model
         self.schedule = as_schedule(every)
@@ -158,18 +199,38 @@ class Probe:
             raise ConfigError("hist_range", f"needs low < high, got {hist_range!r}")
         self.hist_bins = histograms
         self.hist_range = (float(hist_range[0]), float(hist_range[1]))
+        self.writers = self._check_writers(writers)
+        if max_rows is not None and (not isinstance(max_rows, int) or isinstance(max_rows, bool)
+                                     or max_rows < 0):
+            raise ConfigError("max_rows", f"must be an integer >= 0 or None, got {max_rows!r}")
+        self.max_rows = max_rows
+        self.world = D.world() if distributed is not False else 1
+        self.distributed = self.world > 1
+        if distributed and not self.distributed:
+            raise ConfigError("distributed", "needs an initialised process group with more "
+                                             "than one rank")
+        self._writes = not self.distributed or dist.get_rank() == 0
 
         collectors = collectors_for(self.metrics)
+        if self.distributed:
+            unmergeable = [c for c in collectors if not c.mergeable]
+            if unmergeable:
+                raise ConfigError("metrics", f"{unmergeable} cannot merge across the "
+                                  f"{self.world} ranks: a Collector needs stats() and finish() "
+                                  f"(actlab.probe.merge) under a process group")
         self._by_target: dict[str, list[Collector]] = {}
         for collector in collectors:
             self._by_target.setdefault(collector.target, []).append(collector)
 
-        named = dict(model.named_modules())
+        named = unwrapped_modules(model)
         self.sites = [self._where(n, m, activation_bounds(m)) for n, m in
                       self._resolve_sites(model, named, activations).items()]
         self.blocks = [self._where(n, m) for n, m in self._resolve_blocks(named, blocks).items()]
         self.inputs = [self._where(n, m) for n, m in self._resolve_blocks(named, inputs).items()]
         self.weights = self._snapshot_weights(named, weights)
+        if self.distributed:
+            for where in (*self.sites, *self.blocks, *self.inputs):
+                where.grad_scale, where.global_batch = 1.0 / self.world, True
 
         self._site_collectors = self._by_target.get("site", [])
         self._grad_collectors = self._by_target.get("grad", [])
@@ -181,6 +242,12 @@ class Probe:
         self._want_wgrad = "wgrad" in self._by_target
         self._want_blocks = "block" in self._by_target
         self._want_inputs = "input" in self._by_target
+        # Under torch.compile hooks that come and go recompile the model: there they stay
+        # attached for the probe's lifetime and gate their work on ``_attached`` instead.
+        self._compiled = find_compiled(model)
+        self._persistent = bool(self._compiled)
+        if self._persistent:
+            self._drop_compiled_unsupported()
 
         self._step = 0
         self._handles: list[Any] = []
@@ -199,16 +266,35 @@ class Probe:
         self._records: list[tuple[Collector | None, int, Any, list[torch.Tensor], list[Any]]] = []
         self._rows: list[tuple[int, str, str, float]] = []  # host-side
         self._hist_rows: list[tuple[int, str, str, np.ndarray]] = []
+        self._row_base = 0  # absolute index of self._rows[0] (older rows were dropped)
         self._written: dict[int, int] = {}
+        # move rows to the host at every close, not when read (streaming, bounded, or merged)
+        self._eager = self.distributed or bool(self.writers) or max_rows is not None
+        self._grads_taken = False  # capture_grads() ran in this step
+        self._weights_at = -1  # the step whose weights were last recorded
 
-        if self.schedule.due(0):
+        if self._persistent:
+            self._attach()  # for good: ``_attached`` switches the recording
+            self._attached = self.schedule.due(0)
+        elif self.schedule.due(0):
             self._attach()
+        if self._attached:
             self._record_weights(0)
 
     # ------------------------------------------------------------------ construction helpers
     def _where(self, name: str, module: nn.Module,
                bounds: tuple[float, float] | None = None) -> _Where:
         return _Where(name, module, bounds, self.eps, self.saturation_tol, self._scratch)
+
+    @staticmethod
+    def _check_writers(writers: Iterable[Any]) -> tuple[Any, ...]:
+        if writers is None:
+            return ()
+        chosen = tuple(writers) if isinstance(writers, (list, tuple)) else (writers,)
+        for writer in chosen:
+            if not callable(getattr(writer, "write", None)):
+                raise TypeError(f"writers: {type(writer).__name__} has no write(df) method")
+        return chosen
 
     @staticmethod
     def _check_metrics(metrics: Iterable[str] | None) -> tuple[str, ...]:
@@ -224,7 +310,9 @@ class Probe:
         if activations is False:
             return {}
         if activations is None or activations is True:
-            return find_activations(model)
+            strip_module = is_ddp(model)
+            return {layer_name(n, strip_module=strip_module): m
+                    for n, m in find_activations(model).items()}
         candidates = {n: m for n, m in named.items() if n}
         return select_sites(candidates, activations, what="module")
 
@@ -259,9 +347,10 @@ class Probe:
             if id(param) in seen or not isinstance(param, torch.Tensor):
                 continue  # tied weights are tracked once
             seen.add(id(param))
-            w0 = M._stat_dtype(param.detach()).clone().contiguous()
-            std0 = w0.std(correction=0)
-            out.append(_Weight(name, param, w0, w0.clone(), std0))
+            # the local shard of an FSDP2 DTensor: statistics are reduced, never gathered
+            w0 = M._stat_dtype(D.local(param.detach())).clone().contiguous()
+            out.append(_Weight(name, param, w0, w0.clone(), M.initial_moments(w0),
+                               D.is_sharded(param)))
         return out
 
     # ------------------------------------------------------------------ hooks
@@ -294,6 +383,8 @@ class Probe:
             for weight in self.weights:
                 if weight.param.requires_grad:
                     add(weight.param.register_post_accumulate_grad_hook(self._make_grad_hook(weight)))
+        for wrapper in self._compiled:  # eager, after each compiled call
+            add(wrapper.register_forward_hook(self._harvest))
         self._attached = True
 
     def _detach(self) -> None:
@@ -321,10 +412,39 @@ class Probe:
         self._feeders[id(last[2])] = last[2]
         return M.input_row_sums(x), x.shape[-1]
 
-    @staticmethod
-    def _observe_into(where: _Where | _Weight, collectors: list[Collector], *tensors: Any) -> None:
+    def _observe_into(self, where: _Where, collectors: list[Collector], *tensors: Any) -> None:
+        if self._persistent:
+            self._hand_over(where, [(c, *c.observe(where, *tensors)) for c in collectors])
+            return
         for collector in collectors:
             where.passes.setdefault(collector, []).append(collector.observe(where, *tensors))
+
+    @staticmethod
+    def _hand_over(where: _Where, out: list[tuple[Collector | None, torch.Tensor, Any]]) -> None:
+        # One attribute write, no read of per-step state: a compiled graph needs no new guard.
+        # ``where.out`` is None at the start of every call (_harvest resets it), so reading it
+        # here guards on a value that stays the same.
+        where.out = out if where.out is None else where.out + out
+
+    def _harvest(self, *_: Any) -> None:
+        """File the passes the hooks handed over during a compiled call (runs eagerly)."""
+        self._last_conv = False  # read before any write in a graph: keep its guard stable
+        for where in (*self.sites, *self.blocks, *self.inputs):
+            out, where.out = where.out, None
+            for collector, raw, meta in out or ():
+                if collector is None:  # histogram counts
+                    where.hist = raw if where.hist is None else where.hist + raw
+                else:
+                    where.passes.setdefault(collector, []).append((raw, meta))
+
+    def _drop_compiled_unsupported(self) -> None:
+        """Leave out the site-backward metrics on a compiled model, with a warning."""
+        dropped = [m for m in self.metrics if m in COMPILED_UNSUPPORTED]
+        if dropped:
+            warnings.warn(f"Probe on a torch.compile model: {dropped} need a hook on an "
+                          f"intermediate tensor, which would split the compiled graph; they "
+                          f"are not recorded (probe the eager model for them)", stacklevel=3)
+        self._want_bwd = self._want_cov = False
 
     def _observe(self, site: _Where, p: torch.Tensor, a: torch.Tensor | None) -> None:
         if a is None:
@@ -335,11 +455,16 @@ class Probe:
             low, high = self.hist_range
             counts = torch.stack([M.histogram_raw(p, self.hist_bins, low, high),
                                   M.histogram_raw(a, self.hist_bins, low, high)])
-            site.hist = counts if site.hist is None else site.hist + counts
+            if self._persistent:
+                self._hand_over(site, [(None, counts, None)])
+            else:
+                site.hist = counts if site.hist is None else site.hist + counts
 
     def _scratch(self, numel: int, like: torch.Tensor) -> torch.Tensor:
         """A reusable flat buffer (one per dtype and device, grown as needed)."""
         dtype = M.stat_dtype(like.dtype)
+        if torch.compiler.is_compiling():  # inductor plans its own buffers; a cache is a guard
+            return torch.empty(numel, dtype=dtype, device=like.device)
         key = (dtype, like.device)
         buf = self._buffers.get(key)
         if buf is None or buf.numel() < numel:
@@ -362,7 +487,8 @@ class Probe:
 
     def _make_site_hook(self, site: _Where) -> Callable:
         def hook(module: nn.Module, inputs: tuple, output: Any) -> None:
-            if self._paused or not inputs or not isinstance(inputs[0], torch.Tensor):
+            if self._paused or not self._attached or not inputs or \
+                    not isinstance(inputs[0], torch.Tensor):
                 return
             p = inputs[0]
             a = output if isinstance(output, torch.Tensor) else None
@@ -372,7 +498,8 @@ class Probe:
 
     def _make_pre_hook(self, site: _Where) -> Callable:
         def hook(module: nn.Module, inputs: tuple) -> None:
-            if self._paused or not inputs or not isinstance(inputs[0], torch.Tensor):
+            if self._paused or not self._attached or not inputs or \
+                    not isinstance(inputs[0], torch.Tensor):
                 return
             p = inputs[0]
             # keep a copy of p's moments: the in-place call is about to overwrite p
@@ -383,7 +510,8 @@ class Probe:
     def _make_post_hook(self, site: _Where) -> Callable:
         def hook(module: nn.Module, inputs: tuple, output: Any) -> None:
             p = site.pending
-            if self._paused or p is None or not isinstance(output, torch.Tensor):
+            if self._paused or not self._attached or p is None or \
+                    not isinstance(output, torch.Tensor):
                 return
             site.pending = None
             self._observe(site, p, output)
@@ -394,7 +522,7 @@ class Probe:
 
         def hook(module: nn.Module, inputs: tuple, output: Any) -> None:
             h = _first_tensor(output)
-            if not self._paused and h is not None:
+            if not self._paused and self._attached and h is not None:
                 self._observe_into(block, collectors, h)
         return hook
 
@@ -402,7 +530,8 @@ class Probe:
         collectors = self._by_target.get("input", [])
 
         def hook(module: nn.Module, inputs: tuple, output: Any) -> None:
-            if not self._paused and inputs and isinstance(inputs[0], torch.Tensor):
+            if not self._paused and self._attached and inputs and \
+                    isinstance(inputs[0], torch.Tensor):
                 self._observe_into(where, collectors, inputs[0])
         return hook
 
@@ -411,7 +540,7 @@ class Probe:
 
         def hook(param: torch.Tensor) -> None:
             # the last call of a step sees the fully accumulated gradient: it replaces the others
-            if not self._closed and param.grad is not None:
+            if not self._closed and self._attached and param.grad is not None:
                 for collector in collectors:
                     weight.passes[collector] = [collector.observe(weight, param.grad)]
         return hook
@@ -425,9 +554,38 @@ class Probe:
                 for collector in self._by_target["weight"]:
                     raw, meta = collector.observe(weight, weight.param, weight)
                     self._records.append((collector, step, weight, [raw], [meta]))
+        self._weights_at = step
+
+    def capture_grads(self) -> None:
+        """Read the tracked weights' gradients now, for the step being recorded.
+
+        Call it after the backward pass and before the optimizer clears the gradients (e.g.
+        just before ``optimizer.step()``). Without a process group the probe needs no call (a
+        hook reads each gradient once accumulated). Under DDP that hook would read the local
+        gradient before the all-reduce, and FSDP2 fills a shard's gradient after its
+        reduce-scatter, so under a process group :meth:`step` reads ``.grad`` itself when
+        this was not called: then call ``probe.step()`` before ``optimizer.zero_grad()``.
+        """
+        if self._closed or not self._attached or not self._want_wgrad:
+            return
+        collectors = self._by_target["wgrad"]
+        with torch.no_grad():
+            for weight in self.weights:
+                grad = weight.param.grad
+                if grad is None:
+                    if self.distributed:  # a hook's local record is not the reduced gradient
+                        for collector in collectors:
+                            weight.passes.pop(collector, None)
+                    continue
+                for collector in collectors:
+                    weight.passes[collector] = [collector.observe(weight, grad)]
+        self._grads_taken = True
 
     def _close_step(self, step: int) -> None:
         # Only list moves here: stacking and conversion wait for flush(), off the hot path.
+        if self.distributed and not self._grads_taken:
+            self.capture_grads()
+        self._grads_taken = False
         for where in (*self.sites, *self.blocks, *self.inputs, *self.weights):
             for collector, passes in where.passes.items():
                 self._records.append((collector, step, where, [r for r, _ in passes],
@@ -440,22 +598,33 @@ class Probe:
         self._last_linear = None
 
     def step(self) -> None:
-        """Close the current training step (call it after ``optimizer.step()``)."""
+        """Close the current training step (call it after ``optimizer.step()``).
+
+        Under a process group it is collective on recorded steps: every rank calls it.
+        """
         if self._closed:
             raise RuntimeError("Probe.step() after close()")
+        recorded = self._attached
         if self._attached:
+            if self._persistent:
+                self._harvest()  # passes run outside a compiled wrapper's call
             self._close_step(self._step)
             if self._want_cov and not self._feeders_known and self._saw_site:
                 self._feeders_known = True
                 self._detach()  # re-attached below, hooking only the learned feeders
         self._step += 1
         due = self.schedule.due(self._step)
-        if due and not self._attached:
+        if self._persistent:
+            self._attached = due  # the hooks stay; this flag gates them
+        elif due and not self._attached:
             self._attach()
         elif not due and self._attached:
             self._detach()
         if due:
             self._record_weights(self._step)
+        # decided by the schedule alone, so every rank reduces at the same steps
+        if self._eager and (recorded or due):
+            self._flush_records()
 
     @property
     def current_step(self) -> int:
@@ -464,10 +633,17 @@ class Probe:
 
     # ------------------------------------------------------------------ reading
     def flush(self) -> None:
-        """Move pending device-side records to the host (one transfer per device)."""
-        if not self._records:
-            return
-        tensors = [t for rec in self._records for t in rec[3]]
+        """Move pending device-side records to the host (one transfer per device).
+
+        Under a process group the records are merged when each recorded step closes (in
+        :meth:`step`, collectively) and this does nothing.
+        """
+        if not self.distributed:
+            self._flush_records()
+
+    def _host_values(self, records: list) -> list[list[np.ndarray]]:
+        """The records' tensors on the host, in float64 (one transfer per device)."""
+        tensors = [t for rec in records for t in rec[3]]
         by_device: dict[torch.device, list[int]] = {}
         for i, t in enumerate(tensors):
             by_device.setdefault(t.device, []).append(i)
@@ -480,25 +656,72 @@ class Probe:
                 size = tensors[i].numel()
                 host[i] = values[offset:offset + size].reshape(tuple(tensors[i].shape))
                 offset += size
-        wanted = set(self.metrics)
-        cursor = 0
-        for collector, step, where, parts, metas in self._records:
-            values = np.stack(host[cursor:cursor + len(parts)])
-            cursor += len(parts)
+        out, cursor = [], 0
+        for rec in records:
+            out.append(host[cursor:cursor + len(rec[3])])
+            cursor += len(rec[3])
+        return out
+
+    def _flush_records(self) -> None:
+        """Pool, merge (across ranks under a process group) and store the pending records."""
+        records, self._records = self._records, []
+        if not records and not self.distributed:
+            return
+        stats: list[Stats | None] = []
+        values: list[Any] = []
+        for (collector, _, where, _, metas), parts in zip(records, self._host_values(records)):
+            # passes of different sizes (e.g. a last, smaller batch) cannot be stacked
+            same = len({p.shape for p in parts}) <= 1
+            stacked = np.stack(parts) if parts and same else parts
+            values.append(stacked)
             if collector is None:  # histogram counts: pre and post
-                self._hist_rows.append((step, where.name, "pre", values[0][0].copy()))
-                self._hist_rows.append((step, where.name, "post", values[0][1].copy()))
+                stats.append({"counts": Stat("sum", stacked.sum(axis=0))})
+            else:
+                stats.append(collector.stats(where, stacked, metas) if collector.mergeable
+                             else None)
+        if self.distributed:
+            # replicated weights (DDP) are identical on every rank: only shards are reduced
+            shared = [i for i, rec in enumerate(records) if getattr(rec[2], "sharded", True)]
+            for i, merged in zip(shared, D.reduce_stats([stats[i] for i in shared])):
+                stats[i] = merged
+        wanted = set(self.metrics)
+        rows: list[tuple[int, str, str, float]] = []
+        hist: list[tuple[int, str, str, np.ndarray]] = []
+        for (collector, step, where, _, metas), value, st in zip(records, values, stats):
+            if collector is None:
+                counts = st["counts"].value
+                hist += [(step, where.name, "pre", counts[0]), (step, where.name, "post", counts[1])]
                 continue
-            out = collector.combine(where, values, metas)
-            self._rows.extend((step, where.name, metric, float(value))
-                              for metric, value in out.items() if metric in wanted)
-        self._records.clear()
+            out = collector.finish(where, st) if st is not None else \
+                collector.combine(where, value, metas)
+            rows.extend((step, where.name, metric, float(v))
+                        for metric, v in out.items() if metric in wanted)
+        self._store(rows, hist)
+
+    def _store(self, rows: list[tuple[int, str, str, float]],
+               hist: list[tuple[int, str, str, np.ndarray]]) -> None:
+        """Send new rows to the writers (rank 0), keep them, and drop the oldest beyond
+        ``max_rows`` (cost bounded by ``max_rows``, not by the run's length)."""
+        if rows and self.writers and self._writes:
+            frame = _frame(rows)
+            for writer in self.writers:
+                writer.write(frame)
+        self._rows.extend(rows)
+        self._hist_rows.extend(hist)
+        if self.max_rows is not None:
+            excess = len(self._rows) - self.max_rows
+            if excess > 0:
+                del self._rows[:excess]
+                self._row_base += excess
+            excess = len(self._hist_rows) - self.max_rows
+            if excess > 0:
+                del self._hist_rows[:excess]
 
     def table(self) -> pd.DataFrame:
-        """All recorded values as a tidy DataFrame with columns step, layer, metric, value."""
+        """The recorded values kept in memory (all of them unless ``max_rows``) as a tidy
+        DataFrame with columns step, layer, metric, value."""
         self.flush()
-        df = pd.DataFrame(self._rows, columns=COLUMNS)
-        return df.astype({"step": "int64", "value": "float64"})
+        return _frame(self._rows)
 
     def histograms(self) -> pd.DataFrame:
         """Recorded histograms: columns step, layer, kind (pre/post), bin_left, bin_right, count."""
@@ -561,13 +784,18 @@ class Probe:
     # ------------------------------------------------------------------ writers
     def write(self, writer: Any) -> int:
         """Send the rows not yet sent to ``writer`` (anything with ``write(df)``, e.g.
-        :class:`~actlab.probe.writers.TensorBoardWriter`); returns how many were sent."""
-        df = self.table()
-        start = self._written.get(id(writer), 0)
-        new = df.iloc[start:]
-        if len(new):
-            writer.write(new)
-        self._written[id(writer)] = len(df)
+        :class:`~actlab.probe.writers.TensorBoardWriter`); returns how many were sent.
+
+        Rows already dropped by ``max_rows`` are skipped (pass ``writers=`` to stream every
+        row); under a process group only rank 0 sends."""
+        self.flush()
+        # only the rows not yet sent are converted: the cost does not grow with the table
+        start = max(self._written.get(id(writer), 0), self._row_base)
+        new = self._rows[start - self._row_base:]
+        self._written[id(writer)] = self._row_base + len(self._rows)
+        if not new or not self._writes:
+            return 0
+        writer.write(_frame(new))
         return len(new)
 
     def to_csv(self, path: Any) -> None:
@@ -582,15 +810,80 @@ class Probe:
 
         write_parquet(self.table(), path)
 
+    # ------------------------------------------------------------------ checkpoints
+    def state_dict(self) -> dict[str, Any]:
+        """What a checkpoint keeps of the probe: the step, the step whose weights were last
+        recorded, and per tracked weight its initial (``w0``) and last recorded (``w_prev``)
+        snapshots with ``w0``'s moments (``m0``), as tensors; under FSDP2 the local shards
+        (save one per rank). Recorded rows are not included: stream them with ``writers``.
+        """
+        return {"step": self._step, "weights_at": self._weights_at,
+                "weights": {w.name: {"w0": w.w0.clone(), "w_prev": w.w_prev.clone(),
+                                     "m0": w.m0.clone()} for w in self.weights}}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Resume from :meth:`state_dict` output (load the model's weights first).
+
+        Pending records of the new probe (e.g. the weights it recorded when created) are
+        dropped; the weights of the resumed step are recorded unless the saved run already had.
+        """
+        if self._closed:
+            raise RuntimeError("Probe.load_state_dict() after close()")
+        try:
+            step, weights_at, saved = int(state["step"]), int(state["weights_at"]), state["weights"]
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"not a Probe state_dict: {exc!r}") from None
+        names = [w.name for w in self.weights]
+        if sorted(saved) != sorted(names):
+            raise ValueError(f"probe state tracks weights {sorted(saved)}, this probe {sorted(names)}")
+        for weight in self.weights:
+            for key in ("w0", "w_prev", "m0"):
+                mine, theirs = getattr(weight, key), saved[weight.name][key]
+                if tuple(theirs.shape) != tuple(mine.shape):
+                    raise ValueError(f"probe state: {weight.name}.{key} has shape "
+                                     f"{tuple(theirs.shape)}, expected {tuple(mine.shape)}")
+                mine.copy_(theirs)
+            weight.passes = {}
+        for where in (*self.sites, *self.blocks, *self.inputs):
+            where.passes, where.hist = {}, None
+        self._records.clear()
+        self._step, self._weights_at = step, weights_at
+        due = self.schedule.due(step)
+        if self._persistent:
+            self._attached = due
+        elif due and not self._attached:
+            self._attach()
+        elif not due and self._attached:
+            self._detach()
+        if due and weights_at != step:
+            self._record_weights(step)
+
     # ------------------------------------------------------------------ lifetime
     def close(self) -> None:
-        """Remove every hook and drop the weight snapshots; recorded values stay readable."""
+        """Remove every hook and drop the weight snapshots; recorded values stay readable.
+
+        Under a process group it is collective when the unfinished step is recorded: call it
+        on every rank, before destroying the process group.
+        """
         if self._closed:
             return
+        recorded = self._attached
         if self._attached:
+            if self._persistent:
+                self._harvest()
+            if self.distributed:
+                # the unfinished step had no optimizer step: its .grad is the last step's
+                self._grads_taken = True
+                for weight in self.weights:
+                    weight.passes = {c: v for c, v in weight.passes.items() if c.target != "wgrad"}
             self._close_step(self._step)
         self._detach()
-        self.flush()
+        if not self.distributed:
+            self.flush()
+        elif recorded and dist.is_initialized():  # collective, like step()
+            self._flush_records()
+        else:
+            self._records.clear()
         self._closed = True
         self._buffers.clear()
         for weight in self.weights:
@@ -641,8 +934,9 @@ def measure_once(model: nn.Module, inputs: Iterable[Any], *, metrics: Iterable[s
     was_training = model.training
     if eval_mode:
         model.eval()
+    # a local measurement: it may run on one rank only, so it never merges across ranks
     probe = Probe(model, every=[0], activations=activations, blocks=blocks, metrics=chosen,
-                  eps=eps, saturation_tol=saturation_tol, inputs=modules)
+                  eps=eps, saturation_tol=saturation_tol, inputs=modules, distributed=False)
     try:
         with torch.no_grad():
             for batch in inputs:

@@ -213,7 +213,8 @@ class DivergenceStop(Callback):
 
 class ProbeStep(Callback):
     """Close a :class:`actlab.Probe`'s step after every update (the probe keeps its own
-    schedule of what to record)."""
+    schedule of what to record); the probe's state (step, weight snapshots) goes into the
+    trainer's checkpoints, so a resumed run measures drift from the original weights."""
 
     def __init__(self, probe: Any) -> None:
         super().__init__(every=1)
@@ -226,6 +227,31 @@ class ProbeStep(Callback):
     def on_step(self, trainer: Any, step: int, loss: Tensor | None) -> None:
         """``probe.step()``."""
         self.probe.step()
+
+    def state_dict(self) -> dict[str, Any]:
+        """The probe's step counters (its snapshots go in :meth:`state_tensors`)."""
+        state = self.probe.state_dict()
+        return {"step": state["step"], "weights_at": state["weights_at"]}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore the step counters; the snapshots follow in :meth:`load_state_tensors`."""
+        self._pending = dict(state)
+        if not self.probe.weights:  # no snapshots: nothing else will come
+            self.probe.load_state_dict({**self._pending, "weights": {}})
+
+    def state_tensors(self) -> dict[str, Tensor]:
+        """The probe's weight snapshots, as ``<layer>.<w0|w_prev|m0>``."""
+        return {f"{layer}.{key}": value
+                for layer, values in self.probe.state_dict()["weights"].items()
+                for key, value in values.items()}
+
+    def load_state_tensors(self, tensors: dict[str, Tensor]) -> None:
+        """Restore the probe from the step counters and these snapshots."""
+        weights: dict[str, dict[str, Tensor]] = {}
+        for name, value in tensors.items():
+            layer, key = name.rsplit(".", 1)
+            weights.setdefault(layer, {})[key] = value
+        self.probe.load_state_dict({**getattr(self, "_pending", {}), "weights": weights})
 
 
 class CurvatureSchedule(EvalLog):

@@ -1,8 +1,11 @@
 """The collector protocol: one class per metric family.
 
 A collector says which hook it needs (its ``target``), reduces the tensors of one pass to a
-short raw vector *on the device* (``observe``), and turns the raw vectors of all passes of
-one recorded step into metric values on the host (``combine``). ``Probe`` and
+short raw vector *on the device* (``observe``), pools the raw vectors of all passes of one
+recorded step into sufficient statistics on the host (``stats``, :mod:`actlab.probe.merge`:
+each statistic names how it merges, so ranks merge exactly), and turns merged statistics into
+metric values (``finish``). A collector that implements only ``combine`` (raw vectors to
+values) works on one process but cannot merge across ranks. ``Probe`` and
 :func:`actlab.measure_once` own the hooks, the schedule and the transfer to the host; a
 collector owns only its arithmetic.
 
@@ -27,6 +30,8 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
+from actlab.probe.merge import Stat, Stats
+
 TARGETS = ("site", "grad", "block", "input", "weight", "wgrad")
 
 
@@ -47,21 +52,37 @@ class Collector:
         """Raw device-side statistics of one pass, and any host-side metadata (e.g. counts)."""
         raise NotImplementedError
 
+    def stats(self, where: Any, raw: np.ndarray, meta: list[Any]) -> Stats:
+        """Mergeable sufficient statistics of all passes of a step (``raw[i]`` = pass ``i``).
+
+        Override it together with :meth:`finish` to make the collector work across ranks.
+        """
+        raise NotImplementedError(f"{type(self).__name__} defines no mergeable statistics")
+
+    def finish(self, where: Any, stats: Stats) -> dict[str, float]:
+        """Metric values from (merged) :meth:`stats`."""
+        raise NotImplementedError(f"{type(self).__name__} defines no mergeable statistics")
+
     def combine(self, where: Any, raw: np.ndarray, meta: list[Any]) -> dict[str, float]:
         """Metric values from the stacked raw vectors of all passes (``raw[i]`` = pass ``i``)."""
-        raise NotImplementedError
+        return self.finish(where, self.stats(where, raw, meta))
+
+    @property
+    def mergeable(self) -> bool:
+        """True when the statistics merge across ranks (:meth:`stats` is implemented)."""
+        return type(self).stats is not Collector.stats
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(metrics={list(self.metrics)}, target={self.target!r})"
 
 
 class FunctionMetric(Collector):
-    """A user metric from a function of one pass, pooled over passes.
+    """A user metric from a function of one pass, pooled over passes (and ranks).
 
     ``fn`` receives the tensors of the target (``p, a`` for a site, ``h`` for a block, ``x``
-    for a module input) and returns a scalar tensor. ``reduce`` pools the per-pass values:
-    ``"mean"`` weighted by the number of elements of the first tensor, ``"max"``, ``"min"``
-    or ``"sum"``.
+    for a module input) and returns a scalar tensor. ``reduce`` pools the per-pass values,
+    and across ranks the per-rank values, the same way: ``"mean"`` weighted by the number of
+    elements of the first tensor, ``"max"``, ``"min"`` or ``"sum"``.
     """
 
     REDUCTIONS = ("mean", "max", "min", "sum")
@@ -78,12 +99,16 @@ class FunctionMetric(Collector):
         value = torch.as_tensor(self.fn(*args))
         return value.detach().reshape(()).to(torch.float64), args[0].numel()
 
-    def combine(self, where: Any, raw: np.ndarray, meta: list[Any]) -> dict[str, float]:
-        """Pool the per-pass values with ``reduce``."""
+    def stats(self, where: Any, raw: np.ndarray, meta: list[Any]) -> Stats:
+        """``mean``: weighted sum and total weight (summed); else the ``reduce`` of the values."""
         values = raw.reshape(-1)
         if self.reduce == "mean":
             weights = np.asarray(meta, dtype=np.float64)
-            value = float((values * weights).sum() / weights.sum())
-        else:
-            value = float(getattr(np, self.reduce)(values))
-        return {self.metrics[0]: value}
+            return {"value": Stat("sum", [(values * weights).sum(), weights.sum()])}
+        return {"value": Stat(self.reduce, getattr(np, self.reduce)(values, keepdims=True))}
+
+    def finish(self, where: Any, stats: Stats) -> dict[str, float]:
+        """The pooled value."""
+        value = stats["value"].value
+        return {self.metrics[0]: float(value[0] / value[1] if self.reduce == "mean"
+                                       else value[0])}

@@ -9,6 +9,8 @@ import torch
 
 from actlab.probe import metrics as M
 from actlab.probe.collectors.base import Collector
+from actlab.probe.distributed import local
+from actlab.probe.merge import Stat, Stats
 
 
 class ActivationForward(Collector):
@@ -23,10 +25,14 @@ class ActivationForward(Collector):
         raw = M.forward_raw(p, a, where.eps, where.bounds, where.tol, scratch)
         return raw, (p.numel(), a.numel())
 
-    def combine(self, where: Any, raw: np.ndarray, meta: list[Any]) -> dict[str, float]:
-        """:func:`~actlab.probe.metrics.combine_forward` over the passes."""
+    def stats(self, where: Any, raw: np.ndarray, meta: list[Any]) -> Stats:
+        """:func:`~actlab.probe.metrics.forward_stats` over the passes."""
         counts = np.asarray(meta, dtype=np.float64)
-        return M.combine_forward(raw, counts[:, 0], counts[:, 1], where.bounds is not None)
+        return M.forward_stats(raw, counts[:, 0], counts[:, 1])
+
+    def finish(self, where: Any, stats: Stats) -> dict[str, float]:
+        """:func:`~actlab.probe.metrics.forward_metrics`."""
+        return M.forward_metrics(stats, where.bounds is not None)
 
 
 class DeadUnits(Collector):
@@ -34,7 +40,9 @@ class DeadUnits(Collector):
 
     ``dead_frac``: share of units inactive on every pass (an "ever active" mask OR-ed over
     passes); ``dead_frac_per_batch``: mean over passes of the share inactive on that pass;
-    ``n_units``: units of the site. A unit is a feature of the last dimension, or a channel
+    ``n_units``: units of the site. Across ranks a pass is the global batch's pass: the
+    per-pass masks (passes x units) merge by max, i.e. a unit is active on a global pass
+    when it is active on that pass of any rank. A unit is a feature of the last dimension, or a channel
     (dim 1) when the last weight layer run before the site is a convolution.
     """
 
@@ -49,12 +57,17 @@ class DeadUnits(Collector):
         active = (a.abs() > where.eps).movedim(dim, -1).reshape(-1, a.shape[dim]).any(0)
         return active.to(M.stat_dtype(a.dtype)), None
 
-    def combine(self, where: Any, raw: np.ndarray, meta: list[Any]) -> dict[str, float]:
+    def stats(self, where: Any, raw: np.ndarray, meta: list[Any]) -> Stats:
+        """The per-pass activity masks (passes x units), merged by max."""
+        return {"active": Stat("max", raw)}
+
+    def finish(self, where: Any, stats: Stats) -> dict[str, float]:
         """Exact share over the passes, mean one-pass share, and the unit count."""
-        ever = raw.max(axis=0) > 0
+        active = stats["active"].value
+        ever = active.max(axis=0) > 0
         return {"dead_frac": float(1.0 - ever.mean()),
-                "dead_frac_per_batch": float((1.0 - raw.mean(axis=1)).mean()),
-                "n_units": float(raw.shape[1])}
+                "dead_frac_per_batch": float((1.0 - active.mean(axis=1)).mean()),
+                "n_units": float(active.shape[1])}
 
 
 class ActivationBackward(Collector):
@@ -69,12 +82,17 @@ class ActivationBackward(Collector):
         rows = g.numel() // max(g.shape[-1], 1) if g.dim() else 1
         return M.backward_raw(g, x_rows), (g.numel(), rows, fan)
 
-    def combine(self, where: Any, raw: np.ndarray, meta: list[Any]) -> dict[str, float]:
-        """:func:`~actlab.probe.metrics.combine_backward`; the covariance only if every pass had
-        a feeding Linear."""
+    def stats(self, where: Any, raw: np.ndarray, meta: list[Any]) -> Stats:
+        """:func:`~actlab.probe.metrics.backward_stats` (``g`` scaled by ``where.grad_scale``);
+        the covariance only if every pass had a feeding Linear."""
         info = np.asarray(meta, dtype=np.float64)
         has_cov = bool((info[:, 2] > 0).all())
-        return M.combine_backward(raw, info[:, 0], info[:, 1], info[:, 2] if has_cov else None)
+        return M.backward_stats(raw, info[:, 0], info[:, 1], info[:, 2] if has_cov else None,
+                                getattr(where, "grad_scale", 1.0))
+
+    def finish(self, where: Any, stats: Stats) -> dict[str, float]:
+        """:func:`~actlab.probe.metrics.backward_metrics`."""
+        return M.backward_metrics(stats)
 
 
 class HiddenMean(Collector):
@@ -87,9 +105,14 @@ class HiddenMean(Collector):
         """Sum of the block's output."""
         return M._stat_dtype(h.detach()).sum(), h.numel()
 
-    def combine(self, where: Any, raw: np.ndarray, meta: list[Any]) -> dict[str, float]:
+    def stats(self, where: Any, raw: np.ndarray, meta: list[Any]) -> Stats:
+        """Sum and element count (summed)."""
+        return {"sum": Stat("sum", [raw.sum(), float(sum(meta))])}
+
+    def finish(self, where: Any, stats: Stats) -> dict[str, float]:
         """Pooled mean."""
-        return {"hidden_mean": float(raw.sum() / float(sum(meta)))}
+        total, count = stats["sum"].value
+        return {"hidden_mean": float(total / count)}
 
 
 class MassiveActivation(Collector):
@@ -98,21 +121,50 @@ class MassiveActivation(Collector):
     ``hidden_absmax``: largest ``|h|`` over all passes; ``hidden_absmedian``: median of
     ``|h|`` over the elements of a pass, then the median over passes (exact for one pass);
     ``massive_ratio = hidden_absmax / hidden_absmedian``.
+
+    A median does not merge from a summary, so across ranks it is defined on the global
+    batch: when ``where.global_batch`` is set (the probe runs under a process group), each
+    pass keeps ``|h|`` of its elements, the ranks' values of a pass are concatenated (one
+    all-gather) and the median is taken over them, as one process seeing the global batch
+    would. That moves every block output of a recorded step to the host: list only the
+    blocks you need.
     """
 
     metrics = ("massive_ratio", "hidden_absmax", "hidden_absmedian")
     target = "block"
 
     def observe(self, where: Any, h: torch.Tensor) -> tuple[torch.Tensor, Any]:
-        """``[max |h|, median |h|]`` of one pass."""
+        """``[max |h|, median |h|]`` of one pass (``|h|`` itself for the global batch)."""
         mag = M._stat_dtype(h.detach()).abs().reshape(-1)
+        if getattr(where, "global_batch", False):
+            return mag.clone(), None
         return torch.stack([mag.max(), mag.median()]), None
 
-    def combine(self, where: Any, raw: np.ndarray, meta: list[Any]) -> dict[str, float]:
+    def stats(self, where: Any, raw: np.ndarray, meta: list[Any]) -> Stats:
+        """The largest magnitude (max) and per-pass medians, or per-pass ``|h|`` (concat)."""
+        if getattr(where, "global_batch", False):
+            out: Stats = {"max": Stat("max", [max(float(row.max()) for row in raw)])}
+            out.update({f"pass{i}": Stat("concat", row) for i, row in enumerate(raw)})
+            return out
+        return {"max": Stat("max", raw[:, 0].max(keepdims=True)),
+                "medians": Stat("concat", raw[:, 1])}
+
+    def finish(self, where: Any, stats: Stats) -> dict[str, float]:
         """Largest magnitude over the median magnitude."""
-        top, median = float(raw[:, 0].max()), float(np.median(raw[:, 1]))
+        top = float(stats["max"].value[0])
+        if "medians" in stats:
+            medians = stats["medians"].value
+        else:
+            medians = np.array([_lower_median(s.value) for name, s in stats.items()
+                                if name != "max"])
+        median = float(np.median(medians))
         ratio = top / median if median > 0 else float("inf")
         return {"massive_ratio": ratio, "hidden_absmax": top, "hidden_absmedian": median}
+
+
+def _lower_median(values: np.ndarray) -> float:
+    """``torch.median``'s median: the lower of the two middle values for an even count."""
+    return float(np.partition(values, (values.size - 1) // 2)[(values.size - 1) // 2])
 
 
 class InputRange(Collector):
@@ -126,9 +178,14 @@ class InputRange(Collector):
         low, high = torch.aminmax(M._stat_dtype(x.detach()))
         return torch.stack([high, low]), None
 
-    def combine(self, where: Any, raw: np.ndarray, meta: list[Any]) -> dict[str, float]:
+    def stats(self, where: Any, raw: np.ndarray, meta: list[Any]) -> Stats:
+        """Pooled max and min."""
+        return {"max": Stat("max", raw[:, 0].max(keepdims=True)),
+                "min": Stat("min", raw[:, 1].min(keepdims=True))}
+
+    def finish(self, where: Any, stats: Stats) -> dict[str, float]:
         """Pooled max minus pooled min."""
-        return {"down_input_range": float(raw[:, 0].max() - raw[:, 1].min())}
+        return {"down_input_range": float(stats["max"].value[0] - stats["min"].value[0])}
 
 
 class WeightState(Collector):
@@ -138,12 +195,17 @@ class WeightState(Collector):
     target = "weight"
 
     def observe(self, where: Any, param: torch.Tensor, state: Any) -> tuple[torch.Tensor, Any]:
-        """:func:`~actlab.probe.metrics.weight_raw_` (updates ``state.w_prev``)."""
-        return M.weight_raw_(param, state.w0, state.w_prev, state.std0), state.w0.numel()
+        """:func:`~actlab.probe.metrics.weight_raw_` of the local shard (updates
+        ``state.w_prev``)."""
+        return M.weight_raw_(local(param), state.w0, state.w_prev, state.m0), state.w0.numel()
 
-    def combine(self, where: Any, raw: np.ndarray, meta: list[Any]) -> dict[str, float]:
-        """:func:`~actlab.probe.metrics.combine_weight` of the step's one record."""
-        return M.combine_weight(raw[-1], meta[-1])
+    def stats(self, where: Any, raw: np.ndarray, meta: list[Any]) -> Stats:
+        """:func:`~actlab.probe.metrics.weight_stats` of the step's one record."""
+        return M.weight_stats(raw[-1], meta[-1])
+
+    def finish(self, where: Any, stats: Stats) -> dict[str, float]:
+        """:func:`~actlab.probe.metrics.weight_metrics`."""
+        return M.weight_metrics(stats)
 
 
 class WeightGrad(Collector):
@@ -153,12 +215,17 @@ class WeightGrad(Collector):
     target = "wgrad"
 
     def observe(self, where: Any, grad: torch.Tensor) -> tuple[torch.Tensor, Any]:
-        """:func:`~actlab.probe.metrics.grad_raw`."""
+        """:func:`~actlab.probe.metrics.grad_raw` of the local shard."""
+        grad = local(grad)
         return M.grad_raw(grad), grad.numel()
 
-    def combine(self, where: Any, raw: np.ndarray, meta: list[Any]) -> dict[str, float]:
-        """:func:`~actlab.probe.metrics.combine_grad` of the last (fully accumulated) record."""
-        return M.combine_grad(raw[-1], meta[-1])
+    def stats(self, where: Any, raw: np.ndarray, meta: list[Any]) -> Stats:
+        """:func:`~actlab.probe.metrics.grad_stats` of the last (fully accumulated) record."""
+        return M.grad_stats(raw[-1], meta[-1])
+
+    def finish(self, where: Any, stats: Stats) -> dict[str, float]:
+        """:func:`~actlab.probe.metrics.grad_metrics`."""
+        return M.grad_metrics(stats)
 
 
 BUILTIN: tuple[Collector, ...] = (ActivationForward(), ActivationBackward(), WeightState(),

@@ -1,0 +1,149 @@
+"""The probe on a ``torch.compile`` model (CPU inductor) against the same run in eager mode.
+
+One compiled run and one eager run of the same float64 model on the same batches are shared
+by the whole file (compiling is the slow part). Recompiles and graphs are counted by
+dynamo's own ``CompileCounterWithBackend``, graph breaks by ``torch._dynamo.utils.counters``.
+"""
+
+from __future__ import annotations
+
+import copy
+import warnings
+
+import pandas as pd
+import pytest
+import torch
+from torch import nn
+
+import actlab
+from actlab.probe.names import layer_name, unwrapped_modules
+
+STEPS, EVERY, WARMUP = 20, 5, 10  # warm-up: recorded steps 0 and 5 and unrecorded ones ran
+SITE_BACKWARD = {"preact_grad_mean", "preact_grad_cov"}  # documented as eager-only
+
+
+class Net(nn.Module):
+    """actlab activations, a foreign bounded one and an in-place foreign one."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(6, 16)
+        self.act1 = actlab.activation("relu")
+        self.fc2 = nn.Linear(16, 16)
+        self.act2 = actlab.activation("gelu:shift=0.1")
+        self.fc3 = nn.Linear(16, 8)
+        self.act3 = nn.Tanh()
+        self.fc4 = nn.Linear(8, 8)
+        self.act4 = nn.ReLU(inplace=True)
+        self.head = nn.Linear(8, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.act2(self.fc2(self.act1(self.fc1(x))))
+        return self.head(self.act4(self.fc4(self.act3(self.fc3(h)))))
+
+
+def train(model: nn.Module, counter: object = None) -> dict:
+    """20 SGD steps of two micro-batches each, recording every 5th step."""
+    gen = torch.Generator().manual_seed(1)
+    batches = [(torch.randn(2, 8, 6, generator=gen, dtype=torch.float64),
+                torch.randn(2, 8, 3, generator=gen, dtype=torch.float64)) for _ in range(STEPS)]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        probe = actlab.Probe(model, every=EVERY, blocks=["fc2"], histograms=8)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    frames_after_warmup = None
+    for step, (xs, ys) in enumerate(batches):
+        for x, y in zip(xs, ys):  # two forward/backward passes pooled in one step
+            ((model(x) - y) ** 2).mean().backward()
+        opt.step()
+        opt.zero_grad()
+        probe.step()
+        if step + 1 == WARMUP and counter is not None:
+            frames_after_warmup = counter.frame_count
+    out = {"table": probe.table(), "hist": probe.histograms(), "warnings": caught,
+           "sites": [s.name for s in probe.sites],
+           "frames_after_warmup": frames_after_warmup}
+    probe.close()
+    return out
+
+
+@pytest.fixture(scope="module")
+def runs() -> dict:
+    from torch._dynamo.testing import CompileCounterWithBackend
+    from torch._dynamo.utils import counters
+
+    torch.manual_seed(0)
+    base = Net().double()
+    eager = train(copy.deepcopy(base))
+    torch._dynamo.reset()
+    counters.clear()
+    counter = CompileCounterWithBackend("inductor")
+    compiled_model = torch.compile(copy.deepcopy(base), backend=counter)
+    compiled = train(compiled_model, counter)
+    compiled["frames"] = counter.frame_count
+    # inductor hands the backend one empty graph of its own on first use: not the model's
+    compiled["graphs"] = sum(1 for g in counter.graphs if len(g.graph.nodes))
+    compiled["graph_breaks"] = dict(counters["graph_break"])
+    compiled["unique_graphs"] = counters["stats"]["unique_graphs"]
+    return {"eager": eager, "compiled": compiled}
+
+
+def test_compiled_metrics_equal_eager(runs: dict) -> None:
+    eager, compiled = runs["eager"]["table"], runs["compiled"]["table"]
+    # eager records the site-backward metrics too; the compiled probe drops only those
+    assert set(eager.metric) - set(compiled.metric) == SITE_BACKWARD
+    expected = eager[~eager.metric.isin(SITE_BACKWARD)]
+    key = ["step", "layer", "metric"]
+    merged = expected.merge(compiled, on=key, how="outer", suffixes=("_eager", "_compiled"),
+                            indicator=True)
+    assert (merged["_merge"] == "both").all(), merged[merged["_merge"] != "both"]
+    # activation rows only on recorded steps (the final weights add step 20's weight rows)
+    sites = compiled[compiled.layer.str.startswith("act")]
+    assert sorted(set(sites.step)) == list(range(0, STEPS, EVERY))
+    # float64 throughout: inductor's reordered sums differ from eager's by a few ulps per
+    # operation, far below 1e-9 relative even after 20 training steps
+    for row in merged.itertuples():
+        assert row.value_compiled == pytest.approx(row.value_eager, rel=1e-9, abs=1e-12), row
+
+
+def test_compiled_histograms_equal_eager(runs: dict) -> None:
+    eager, compiled = runs["eager"]["hist"], runs["compiled"]["hist"]
+    assert len(eager) and len(compiled) == len(eager)
+    pd.testing.assert_frame_equal(compiled.reset_index(drop=True), eager.reset_index(drop=True))
+
+
+def test_no_recompiles_two_graphs_no_graph_breaks(runs: dict) -> None:
+    compiled = runs["compiled"]
+    assert compiled["frames"] == compiled["frames_after_warmup"]  # zero recompiles after warm-up
+    assert compiled["graphs"] <= 2  # one graph that records, one that does not
+    assert compiled["unique_graphs"] <= 2
+    assert compiled["graph_breaks"] == {}
+
+
+def test_layer_names_as_in_the_unwrapped_model(runs: dict) -> None:
+    assert runs["compiled"]["sites"] == runs["eager"]["sites"] == ["act1", "act2", "act3",
+                                                                  "act4"]
+    assert not runs["compiled"]["table"].layer.str.contains("_orig_mod").any()
+
+
+def test_compiled_probe_warns_about_site_backward_metrics(runs: dict) -> None:
+    messages = [str(w.message) for w in runs["compiled"]["warnings"]]
+    assert any("preact_grad_mean" in m and "preact_grad_cov" in m for m in messages)
+    assert not any("preact_grad" in str(w.message) for w in runs["eager"]["warnings"])
+
+
+def test_layer_name_strips_wrapper_segments() -> None:
+    assert layer_name("_orig_mod.module.blocks.0.mlp") == "blocks.0.mlp"
+    assert layer_name("blocks.0._orig_mod.mlp.act") == "blocks.0.mlp.act"
+    assert layer_name("module.module.fc") == "fc"
+    assert layer_name("module.fc", strip_module=False) == "module.fc"
+    assert layer_name("enc.module.fc") == "enc.module.fc"  # only DDP's leading segment
+
+
+def test_unwrapped_modules_keeps_a_child_called_module() -> None:
+    model = nn.Sequential()
+    model.add_module("module", nn.Linear(2, 2))
+    assert list(unwrapped_modules(model)) == ["", "module"]
+    wrapped = torch.compile(model, backend="eager")
+    named = unwrapped_modules(wrapped)
+    assert named["module"] is model.module and named[""] is model
