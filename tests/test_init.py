@@ -170,3 +170,73 @@ def test_bad_input_names_the_option_and_close_values():
         initialize_(nn.Linear(3, 3), "he", distribution="gauss")
     with pytest.raises(ValueError, match="param"):
         recommended_gain("tanh", 0.1)
+
+
+def _frozen_init_std(scheme, fan_in, fan_out, activation, mode, gain):
+    """The table's formulas as :func:`initialize_` has always drawn them (written out)."""
+    if gain is None:
+        gain = {"xavier": 1.0, "he": math.sqrt(2.0), "torch-default": 1.0 / math.sqrt(3.0)}.get(
+            scheme) or recommended_gain(activation)
+    if scheme == "xavier":
+        return gain * math.sqrt(2.0 / (fan_in + fan_out))
+    if scheme == "torch-default":
+        return gain / math.sqrt(fan_in)
+    if scheme == "orthogonal":
+        return gain / math.sqrt(max(fan_in, fan_out))
+    return gain / math.sqrt(fan_in if mode == "fan_in" else fan_out)
+
+
+def _frozen_handbook_std(scheme, fan_in, fan_out, activation, gain, std):
+    """The deep MLP stacks' formulas (written out): nn.Linear's own torch-default float,
+    orthogonal with gain 1 over sqrt(fan_in), the fixed-point gain from theory.moments."""
+    from actlab.theory import moments
+
+    if scheme == "std":
+        return float(std)
+    if scheme == "torch-default":
+        return (1.0 if gain is None else gain) / math.sqrt(3.0 * fan_in)
+    if gain is None:
+        gain = {"he": math.sqrt(2.0), "xavier": 1.0, "orthogonal": 1.0}.get(scheme)
+        gain = float(moments(activation, 1.0).gain) if gain is None else gain
+    if scheme == "xavier":
+        return gain * math.sqrt(2.0 / (fan_in + fan_out))
+    return gain / math.sqrt(fan_in)
+
+
+_FANS = [(1, 1), (2, 32), (32, 32), (300, 100), (100, 300), (7, 13), (128, 1), (999, 3)]
+
+
+@pytest.mark.parametrize("gain", [None, 5 / 3, 2.0])
+@pytest.mark.parametrize("activation", ["relu", "tanh", "silu"])
+def test_each_convention_gives_its_callers_exactly_their_former_values(activation, gain):
+    """Bit for bit: ``initialize_`` / ``weight_bound`` keep the table, the deep MLP stacks
+    (signal, worked example, pitfalls, ``deep_mlp``) keep the handbook's numbers."""
+    from actlab.init import HANDBOOK_SCHEMES, SCHEMES
+
+    for fan_in, fan_out in _FANS:
+        for scheme in SCHEMES:
+            for mode in ("fan_in", "fan_out"):
+                assert weight_std(scheme, fan_in, fan_out, activation, mode, gain) == \
+                    _frozen_init_std(scheme, fan_in, fan_out, activation, mode, gain)
+        for scheme in HANDBOOK_SCHEMES:
+            got = weight_std(scheme, fan_in, fan_out, activation=activation, gain=gain,
+                             std=0.01, convention="handbook")
+            assert got == _frozen_handbook_std(scheme, fan_in, fan_out, activation, gain, 0.01)
+
+
+def test_the_conventions_really_differ_where_documented():
+    # torch-default: the same value, not always the same float (the handbook's float64 numbers)
+    pairs = [(weight_std("torch-default", n, n), weight_std("torch-default", n, n,
+                                                            convention="handbook"))
+             for n in range(1, 200)]
+    assert all(a == pytest.approx(b, rel=1e-15) for a, b in pairs)
+    assert any(a != b for a, b in pairs)
+    # orthogonal: the larger fan and the fixed-point gain vs fan-in and gain 1
+    assert weight_std("orthogonal", 300, 100) == recommended_gain("relu") / math.sqrt(300)
+    assert weight_std("orthogonal", 100, 300, convention="handbook") == 1 / math.sqrt(100)
+    with pytest.raises(ValueError, match="scheme"):
+        weight_std("std", 3, 3, std=0.1)  # the table has no fixed-std scheme
+    with pytest.raises(ValueError, match="std"):
+        weight_std("std", 3, 3, convention="handbook")
+    with pytest.raises(ValueError, match="convention"):
+        weight_std("he", 3, 3, convention="deep")

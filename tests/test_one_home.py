@@ -13,7 +13,7 @@ from torch.func import functional_call, grad, stack_module_state, vmap
 import actlab
 from actlab.activations import native
 from actlab.activations.base import functorch_transforms_active
-from actlab.errors import did_you_mean
+from actlab.errors import ConfigError, config_check, did_you_mean
 from actlab.nn.norms import parse_norm
 from actlab.nn.residual_mlp import ResidualMLP
 
@@ -149,3 +149,17 @@ def test_did_you_mean():
     assert did_you_mean("reul", ["relu"], quote=True, prefix="; ") == "; did you mean 'relu'?"
     assert did_you_mean("zzz", ["relu", "gelu"]) == ""
     assert did_you_mean("zzz", ["relu", "gelu"], fallback=True) == "valid: gelu, relu"
+
+
+def test_config_check_names_the_field_and_keeps_the_checkers_message():
+    assert config_check("norm", parse_norm, "rmsnorm") == parse_norm("rmsnorm")
+    with pytest.raises(ConfigError, match=r"^activations: .*relu") as info:
+        config_check("activations", actlab.activation, "reluu")
+    assert info.value.field == "activations" and info.value.__cause__ is None
+    from actlab.nn.gpt import GPTConfig
+
+    # keyword arguments go to the checker (a model config's fields)
+    with pytest.raises(ConfigError, match=r"^variants: ffn: unknown kind 'swigl'"):
+        config_check("variants", GPTConfig, ffn="swigl")
+    with pytest.raises(TypeError):  # only ValueErrors are config errors
+        config_check("x", int, None)

@@ -8,8 +8,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from actlab.activations.spec import SpecActivation
-from actlab.nn.residual_mlp import ResidualMLP, make_activation
+from actlab.activations.spec import SpecActivation, make_activation
+from actlab.nn.residual_mlp import ResidualMLP
 
 
 @pytest.fixture(autouse=True)
@@ -121,3 +121,28 @@ def test_bad_arguments_raise_value_errors():
         ResidualMLP(4, 0, 2)
     with pytest.raises(ValueError, match="relu"):
         ResidualMLP(4, 8, 2, activation="reluu")
+
+
+def test_every_model_deep_copies_a_module_passed_in_once_per_site():
+    """One rule for a module passed as the activation: a fresh copy at every site."""
+    from actlab.nn.ffn import FFN, GatedFFN
+    from actlab.nn.mlp import MLP
+
+    template = make_activation("silu:learnable")
+    models = {"residual": ResidualMLP(4, 8, 3, activation=template),
+              "mlp": MLP(2, 3, hidden=4, depth=2, activation=template),
+              "ffn": FFN(4, 8, activation=template), "gated": GatedFFN(4, 8, gate=template)}
+    sites = {name: [m for m in model.modules() if isinstance(m, SpecActivation)]
+             for name, model in models.items()}
+    assert [len(s) for s in sites.values()] == [3, 3, 1, 1]
+    every = [m for s in sites.values() for m in s]
+    assert len({id(m) for m in every}) == len(every) and template not in every
+    beta = [p for m in every for p in m.parameters()]
+    assert len({id(p) for p in beta}) == len(beta) == len(every)  # no shared learnable beta
+    assert all(m.spec == "silu:learnable" for m in every)
+    made = make_activation(lambda: torch.nn.Tanh())  # a factory: its result
+    assert isinstance(made, torch.nn.Tanh)
+    with pytest.raises(TypeError, match="factory"):
+        make_activation(lambda: 3)
+    with pytest.raises(ValueError, match="expected a spec string"):
+        make_activation(3)

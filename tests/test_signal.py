@@ -7,6 +7,7 @@ import math
 import pytest
 import torch
 
+from actlab.init import weight_std as _weight_std
 from actlab.measure.signal import (
     dead_unit_share,
     half_squared_error,
@@ -15,7 +16,12 @@ from actlab.measure.signal import (
     signal_profile,
     weight_grad_norms,
 )
-from actlab.nn.deep_mlp import DeepMLP, deep_mlp, weight_std
+from actlab.nn.deep_mlp import DeepMLP, deep_mlp
+
+
+def weight_std(scheme: str, fan_in: int, fan_out: int, **kwargs) -> float:
+    """The standard deviations the deep MLP stacks draw: the handbook convention."""
+    return _weight_std(scheme, fan_in, fan_out, convention="handbook", **kwargs)
 
 
 def _batch(n: int, width: int, seed: int = 0):

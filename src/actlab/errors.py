@@ -1,13 +1,17 @@
 """Exception types shared across actlab.
 
 Both derive from ``ValueError`` so callers can catch bad input generically.
-:func:`did_you_mean` is the one "did you mean" hint for every name lookup.
+:func:`did_you_mean` is the one "did you mean" hint for every name lookup;
+:func:`config_check` turns any checker's ``ValueError`` into a :class:`ConfigError`.
 """
 
 from __future__ import annotations
 
 import difflib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 
 class SpecError(ValueError):
@@ -24,6 +28,17 @@ class ConfigError(ValueError):
         self.field = field
         self.why = why
         super().__init__(f"{field}: {why}")
+
+
+def config_check(field: str, check: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
+    """``check(*args, **kwargs)``, with a ``ValueError`` it raises re-raised as
+    ``ConfigError(field, message)``: how a config field is validated by the code that
+    parses it (an activation spec, a norm name, a model config).
+    """
+    try:
+        return check(*args, **kwargs)
+    except ValueError as exc:
+        raise ConfigError(field, str(exc)) from None
 
 
 def did_you_mean(word: str, choices: Iterable[str], *, n: int = 3, cutoff: float = 0.4,

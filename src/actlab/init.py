@@ -31,7 +31,12 @@ from collections.abc import Iterator
 import torch
 from torch import nn
 
+from actlab.errors import ConfigError, did_you_mean
+
 SCHEMES = ("xavier", "he", "torch-default", "fixed-point", "orthogonal")
+#: The schemes of ``weight_std(..., convention="handbook")``: also a fixed ``std``.
+HANDBOOK_SCHEMES = (*SCHEMES, "std")
+CONVENTIONS = ("init", "handbook")
 MODES = ("fan_in", "fan_out")
 DISTRIBUTIONS = ("normal", "uniform")
 # A uniform draw on [-r, r] has std r / sqrt(3): the bound that matches a given std.
@@ -53,8 +58,6 @@ _LINEAR_NAMES = (
 def _choice(field: str, value: str, valid: tuple[str, ...]) -> str:
     if value in valid:
         return value
-    from actlab.errors import did_you_mean
-
     hint = did_you_mean(str(value), valid, n=3, cutoff=0.4, prefix="; ")
     raise ValueError(f"{field}: unknown value {value!r}{hint} (valid: {', '.join(valid)})")
 
@@ -93,13 +96,19 @@ def recommended_gain(nonlinearity: str, param: float | None = None) -> float:
     return gain(spec)
 
 
-def _default_gain(scheme: str, activation: str) -> float:
+def _default_gain(scheme: str, activation: str, handbook: bool = False) -> float:
     if scheme == "xavier":
         return 1.0
     if scheme == "he":
         return math.sqrt(2.0)
     if scheme == "torch-default":
         return 1.0 / math.sqrt(3.0)
+    if handbook:
+        if scheme == "orthogonal":
+            return 1.0
+        from actlab.theory import moments
+
+        return float(moments(activation, 1.0).gain)  # fixed-point
     return recommended_gain(activation)  # fixed-point, orthogonal
 
 
@@ -110,22 +119,47 @@ def weight_std(
     activation: str = "relu",
     mode: str = "fan_in",
     gain: float | None = None,
+    *,
+    std: float | None = None,
+    convention: str = "init",
 ) -> float:
     """Standard deviation of the weights that ``scheme`` draws for a layer with these fans.
+
+    ``convention="init"`` (the default) is the table above, what :func:`initialize_` draws.
+    ``convention="handbook"`` is what :mod:`actlab.nn.deep_mlp` draws (the handbook's
+    numbers depend on it): it adds the ``std`` scheme (the fixed ``std`` given, > 0);
+    ``torch-default`` is ``gain / sqrt(3 fan_in)``, ``nn.Linear``'s own float (the table's
+    ``(1/√3) / sqrt(fan_in)`` differs in the last bit, which would move the handbook's
+    float64 values); ``orthogonal`` is its entries' average std ``gain / sqrt(fan_in)`` with
+    gain 1; the fixed-point gain comes from :func:`actlab.theory.moments`. ``std`` is used
+    by the ``std`` scheme only.
 
     >>> round(weight_std("he", 300, 100), 4)
     0.0816
     """
-    scheme = _choice("scheme", scheme, SCHEMES)
+    convention = _choice("convention", convention, CONVENTIONS)
+    handbook = convention == "handbook"
+    if handbook and scheme not in HANDBOOK_SCHEMES:
+        hint = did_you_mean(scheme, HANDBOOK_SCHEMES, n=3, cutoff=0.3, prefix="; ")
+        raise ValueError(f"unknown init scheme {scheme!r}{hint} "
+                         f"(valid: {', '.join(HANDBOOK_SCHEMES)})")
+    if not handbook:
+        scheme = _choice("scheme", scheme, SCHEMES)
     mode = _choice("mode", mode, MODES)
+    if scheme == "std":
+        if std is None or not std > 0:
+            raise ConfigError("std", f"the 'std' scheme needs a standard deviation > 0, got {std}")
+        return float(std)
+    if handbook and scheme == "torch-default":
+        return (1.0 if gain is None else gain) / math.sqrt(3.0 * fan_in)
     if gain is None:
-        gain = _default_gain(scheme, activation)
+        gain = _default_gain(scheme, activation, handbook)
     if scheme == "xavier":
         return gain * math.sqrt(2.0 / (fan_in + fan_out))
     if scheme == "torch-default":
         return gain / math.sqrt(fan_in)
     if scheme == "orthogonal":
-        return gain / math.sqrt(max(fan_in, fan_out))
+        return gain / math.sqrt(fan_in if handbook else max(fan_in, fan_out))
     return gain / math.sqrt(fan_in if mode == "fan_in" else fan_out)
 
 

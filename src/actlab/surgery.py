@@ -9,7 +9,6 @@ inside ``forward`` (``F.gelu(x)``) are not modules and cannot be found or replac
 
 from __future__ import annotations
 
-import copy
 import difflib
 import fnmatch
 import sys
@@ -18,6 +17,7 @@ from collections.abc import Callable, Iterable
 from torch import nn
 
 from actlab.activations.base import Activation
+from actlab.activations.spec import make_activation
 
 #: ``torch.nn`` activation classes treated as activation sites (elementwise or gated).
 TORCH_ACTIVATIONS: tuple[type[nn.Module], ...] = (
@@ -61,14 +61,6 @@ def _hf_activation_classes() -> tuple[type, ...]:
         if isinstance(obj, type) and issubclass(obj, nn.Module) and obj is not nn.Module
         and obj.__module__ == hf_act.__name__ and name not in _HF_SKIP
     )
-
-
-def is_activation(module: nn.Module) -> bool:
-    """True when ``module`` is an activation site (actlab, torch.nn or transformers)."""
-    if isinstance(module, (Activation, *TORCH_ACTIVATIONS)):
-        return True
-    hf = _hf_activation_classes()
-    return bool(hf) and isinstance(module, hf)
 
 
 def activation_bounds(module: nn.Module) -> tuple[float, float] | None:
@@ -153,21 +145,6 @@ def select_sites(sites: dict[str, nn.Module], where: Where, *, what: str = "acti
     return {n: m for n, m in sites.items() if n in chosen}
 
 
-def _build(spec: str | Callable[[], nn.Module] | nn.Module) -> nn.Module:
-    if isinstance(spec, nn.Module):
-        return copy.deepcopy(spec)
-    if isinstance(spec, str):
-        from actlab import activation  # lazy: the activation library is heavier than surgery
-
-        return activation(spec)
-    if callable(spec):
-        module = spec()
-        if not isinstance(module, nn.Module):
-            raise TypeError(f"activation factory returned {type(module).__name__}, not an nn.Module")
-        return module
-    raise TypeError(f"spec must be a spec string, an nn.Module or a factory, got {spec!r}")
-
-
 def _unbounded(name: str, module: nn.Module) -> bool:
     return activation_bounds(module) is None
 
@@ -180,7 +157,8 @@ def patch_(
     """Replace activation sites of ``model`` in place; return ``{name: replaced module}``.
 
     ``spec`` is an actlab spec string (``"relu"``, ``"gelu:adaptive"``), an ``nn.Module``
-    (deep-copied per site, so sites never share parameters) or a zero-argument factory.
+    (deep-copied per site, so sites never share parameters) or a zero-argument factory, as
+    :func:`~actlab.activations.spec.make_activation` builds every model's activations.
     ``where`` selects sites as in :func:`select_sites`. By default (``where=None``) every
     *unbounded* site is replaced and bounded ones (tanh, sigmoid, hardtanh, ...) are kept:
     in modern networks those are gates and poolers (BERT's pooler tanh, squeeze-excitation
@@ -211,7 +189,7 @@ def patch_(
     replaced: dict[str, nn.Module] = {}
     for name, old in chosen.items():
         first_parent = holders[id(old)][0][0]
-        new = _build(spec)
+        new = make_activation(spec)
         ref = next(old.parameters(), None)
         if ref is None:
             ref = next(first_parent.parameters(), None)

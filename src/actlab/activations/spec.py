@@ -14,6 +14,7 @@ uses the Gaussian mean at pre-activation variance ``q``, default 1/3), ``adaptiv
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -48,6 +49,7 @@ __all__ = [
     "available_activations",
     "canonical_spec",
     "is_bounded",
+    "make_activation",
     "parse_spec",
     "register_activation",
     "resolve_elementwise",
@@ -691,3 +693,26 @@ def activation(spec: str) -> Activation:
     options (naming the closest valid ones) and out-of-range values (naming the option).
     """
     return SpecActivation(parse_spec(spec))
+
+
+def make_activation(spec: str | nn.Module | Callable[[], nn.Module]) -> nn.Module:
+    """The activation module for one site of a model: the one entry point every model uses.
+
+    ``spec`` is a spec string (a new module from :func:`activation`), an ``nn.Module`` or a
+    zero-argument factory (its result). A module passed in is always deep-copied, once per
+    call and so once per site: two layers never share one stateful activation (learnable
+    parameters, an adaptive shift's running mean), and the module passed in stays unused.
+
+    Raises :class:`~actlab.errors.SpecError` for an invalid spec or a value of another type,
+    ``TypeError`` when a factory returns something other than an ``nn.Module``.
+    """
+    if isinstance(spec, nn.Module):
+        return copy.deepcopy(spec)
+    if isinstance(spec, str):
+        return activation(spec)
+    if callable(spec):
+        module = spec()
+        if not isinstance(module, nn.Module):
+            raise TypeError(f"activation factory returned {type(module).__name__}, not an nn.Module")
+        return module
+    raise SpecError(f"activation: expected a spec string, an nn.Module or a factory, got {spec!r}")

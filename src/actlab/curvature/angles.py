@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -10,6 +9,7 @@ import torch
 from torch import nn
 
 from actlab.curvature.functional import Batch, LossFn, ParamSelection, as_flat, flat_gradient
+from actlab.theory.angle import degrees_from_cosine
 
 
 def gradient_angle_between(g1: Any, g2: Any) -> float:
@@ -33,8 +33,7 @@ def gradient_angle_between(g1: Any, g2: Any) -> float:
     na, nb = a.norm(), b.norm()
     if na == 0 or nb == 0:
         raise ValueError("the angle with a zero vector is undefined")
-    cos = float(torch.dot(a, b) / (na * nb))
-    return math.degrees(math.acos(max(-1.0, min(1.0, cos))))
+    return degrees_from_cosine(float(torch.dot(a, b) / (na * nb)))
 
 
 def models_gradient_angle(

@@ -1,11 +1,13 @@
-"""Config checks shared by several experiments (each raises ``ConfigError`` naming the field)."""
+"""Config checks shared by several experiments (each raises ``ConfigError`` naming the field),
+and the number format of their claims' texts."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from typing import Any
 
-from actlab.errors import ConfigError
+from actlab.errors import ConfigError, config_check
 
 
 def require_at_least_one(config: Any, names: Iterable[str]) -> None:
@@ -27,13 +29,15 @@ def check_activation_specs(specs: Iterable[str], field: str = "activations") -> 
     import actlab
 
     for spec in specs:
-        try:
-            actlab.activation(spec)
-        except ValueError as exc:
-            raise ConfigError(field, str(exc)) from None
+        config_check(field, actlab.activation, spec)
 
 
 def check_input_scale(value: str) -> None:
     """``ConfigError`` unless ``input_scale`` names a spiral scale (``unit`` or ``radius``)."""
     if value not in ("unit", "radius"):
         raise ConfigError("input_scale", f"must be 'unit' or 'radius', got {value!r}")
+
+
+def fmt_or_na(value: float | None, digits: int = 3) -> str:
+    """``value`` to ``digits`` significant digits, ``"n/a"`` when missing or not finite."""
+    return "n/a" if value is None or not math.isfinite(value) else f"{value:.{digits}g}"

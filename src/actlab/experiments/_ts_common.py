@@ -32,7 +32,7 @@ from actlab.analysis import (  # noqa: F401 (re-exported for the experiments)
     value_at,
 )
 from actlab.analysis import pyplot as _pyplot  # noqa: F401
-from actlab.errors import ConfigError
+from actlab.errors import ConfigError, config_check
 from actlab.experiments._ts_figures import teacher_student_figures  # noqa: F401 (re-exported)
 from actlab.experiments._ts_train import (  # noqa: F401 (re-exported for the experiments)
     StudentRun,
@@ -109,30 +109,20 @@ class ModelSettings:
 
 def validate_activations(field_name: str, specs: Sequence[str]) -> None:
     """Every spec must build (unknown names raise ConfigError with the registry's suggestion)."""
-    from actlab.nn.residual_mlp import make_activation
+    from actlab.activations.spec import make_activation
 
     if not specs:
         raise ConfigError(field_name, "needs at least one activation")
     for spec in specs:
         if ":" in spec:
             raise ConfigError(field_name, f"give plain names (the shift is added), got {spec!r}")
-        try:
-            make_activation(spec)
-        except ValueError as exc:
-            raise ConfigError(field_name, str(exc)) from None
+        config_check(field_name, make_activation, spec)
 
 
 def validate_shift_offsets(offsets: Sequence[float]) -> None:
     """Shift grids are offsets around the theory shift, so 0 (the theory shift) must be one."""
     if 0.0 not in [float(o) for o in offsets]:
         raise ConfigError("shift_offsets", "must contain 0 (the theory shift itself)")
-
-
-def shifted_spec(activation: str, b: float | str) -> str:
-    """``relu`` + 0.23 -> ``relu:shift=0.23``; ``b == 0`` gives the plain activation."""
-    if isinstance(b, str):
-        return f"{activation}:shift={b}"
-    return activation if b == 0 else f"{activation}:shift={b!r}"
 
 
 def loss_function(name: str) -> Callable[[Tensor, Tensor], Tensor]:

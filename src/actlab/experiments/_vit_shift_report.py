@@ -2,20 +2,14 @@
 
 from __future__ import annotations
 
-import math
-from typing import Any
-
 import pandas as pd
 
 from actlab import analysis
+from actlab.experiments._common import fmt_or_na
 from actlab.runner.claims import claim_id
 from actlab.runner.experiment import Claim, RunContext
 
 PREFIX = "vit"
-
-
-def _fmt(value: Any, digits: int = 3) -> str:
-    return "n/a" if value is None or not math.isfinite(value) else f"{value:.{digits}g}"
 
 
 def vit_shift_claims(summary: dict) -> list[Claim]:
@@ -25,7 +19,7 @@ def vit_shift_claims(summary: dict) -> list[Claim]:
     early = summary.get("acc_residual_early")
     if early is not None:
         claims.append(Claim("adaptive shift initially trails in test accuracy",
-                            f"accuracy residual {_fmt(early)} at step "
+                            f"accuracy residual {fmt_or_na(early)} at step "
                             f"{summary.get('early_step')}", early < 0, src,
                             id=claim_id("vit-shift", "shifted", "trails-early"), value=early,
                             comparison="<", threshold=0.0))
@@ -41,7 +35,7 @@ def vit_shift_claims(summary: dict) -> list[Claim]:
              "adaptive shift retains a higher training loss at the end", 1)):
         value = summary.get(key)
         if value is not None:
-            claims.append(Claim(text, f"{key.replace('_', ' ')} {_fmt(value)}",
+            claims.append(Claim(text, f"{key.replace('_', ' ')} {fmt_or_na(value)}",
                                 sign * value > 0, src,
                                 id=claim_id("vit-shift", "shifted", key.replace("_", "-")),
                                 value=value, comparison="<" if sign < 0 else ">",
@@ -49,8 +43,8 @@ def vit_shift_claims(summary: dict) -> list[Claim]:
     ou, os_ = summary.get("overshoot_unshifted"), summary.get("overshoot_shifted")
     if ou is not None and os_ is not None:
         claims.append(Claim("adaptive shift suppresses the hidden-state overshoot "
-                            "(last block)", f"overshoot {_fmt(os_)} shifted vs "
-                            f"{_fmt(ou)} unshifted", os_ < ou, "seed 000 §4.1, Fig. 7(a)",
+                            "(last block)", f"overshoot {fmt_or_na(os_)} shifted vs "
+                            f"{fmt_or_na(ou)} unshifted", os_ < ou, "seed 000 §4.1, Fig. 7(a)",
                             id=claim_id("vit-shift", "shifted", "suppresses-overshoot"),
                             value=os_, comparison="<", threshold=ou))
     return claims

@@ -30,7 +30,6 @@ similarity curve is searched over the trained checkpoints (step >= 1).
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import pandas as pd
@@ -54,6 +53,7 @@ from actlab.experiments._bias_train import (  # noqa: F401 (re-exported)
     measure_checkpoint,
     train_autoencoder,
 )
+from actlab.experiments._common import fmt_or_na
 from actlab.runner.claims import claim_id
 from actlab.runner.experiment import (
     STATUS_DIVERGED,
@@ -69,10 +69,6 @@ from actlab.train.supervised import torch_threads
 # A rise or fall of the bias-only similarity counts when it exceeds this (correlation units);
 # fixed before any run, as a plain "clearly more than noise between checkpoints" margin.
 RISE_FALL_MARGIN = 0.05
-
-
-def _fmt(value: Any, digits: int = 3) -> str:
-    return "n/a" if value is None or not math.isfinite(value) else f"{value:.{digits}g}"
 
 
 @register
@@ -152,8 +148,8 @@ class BiasComponent(Experiment):
             claims.append(Claim(
                 "unshifted: the bias-only reconstruction first approaches the full one, then "
                 f"diverges from it (rise and fall each > {RISE_FALL_MARGIN} in correlation)",
-                f"correlation {_fmt(first)} (step {u.get('first_trained_step')}) -> peak "
-                f"{_fmt(peak)} (step {u.get('similarity_peak_step')}) -> {_fmt(final)} "
+                f"correlation {fmt_or_na(first)} (step {u.get('first_trained_step')}) -> peak "
+                f"{fmt_or_na(peak)} (step {u.get('similarity_peak_step')}) -> {fmt_or_na(final)} "
                 f"(step {last_step})", bool(rise and fall), src,
                 id=claim_id(self.name, "unshifted", "bias-similarity-rises-and-falls"),
                 value=peak - final, comparison="compound", threshold=RISE_FALL_MARGIN))
@@ -161,8 +157,8 @@ class BiasComponent(Experiment):
             claims.append(Claim(
                 "shifted: the bias component carries less image content (lower peak "
                 "similarity of bias-only to full reconstruction)",
-                f"peak correlation {_fmt(s['similarity_peak'])} shifted vs "
-                f"{_fmt(u['similarity_peak'])} unshifted" + _scale_aware_text(s, u),
+                f"peak correlation {fmt_or_na(s['similarity_peak'])} shifted vs "
+                f"{fmt_or_na(u['similarity_peak'])} unshifted" + _scale_aware_text(s, u),
                 s["similarity_peak"] < u["similarity_peak"], src,
                 id=claim_id(self.name, "shifted", "lower-bias-peak-similarity"),
                 value=s["similarity_peak"], comparison="<", threshold=u["similarity_peak"]))
@@ -170,7 +166,7 @@ class BiasComponent(Experiment):
         if early is not None:
             claims.append(Claim(
                 "shifted model has a higher reconstruction loss early in training",
-                f"loss residual (shifted - unshifted) {_fmt(early)} at step "
+                f"loss residual (shifted - unshifted) {fmt_or_na(early)} at step "
                 f"{summary.get('early_step')}", early > 0, "seed 000 App. D, Fig. 17",
                 id=claim_id(self.name, "shifted", "higher-early-loss"), value=early,
                 comparison=">", threshold=0.0))
@@ -178,7 +174,7 @@ class BiasComponent(Experiment):
         if fu is not None and fs is not None:
             claims.append(Claim(
                 "shifted model reaches a lower final reconstruction loss",
-                f"test MSE {_fmt(fs, 4)} shifted vs {_fmt(fu, 4)} unshifted", fs < fu,
+                f"test MSE {fmt_or_na(fs, 4)} shifted vs {fmt_or_na(fu, 4)} unshifted", fs < fu,
                 "seed 000 App. D, Fig. 17", id=claim_id(self.name, "shifted", "lower-final-loss"),
                 value=fs, comparison="<", threshold=fu))
         return claims
@@ -190,6 +186,6 @@ def _scale_aware_text(shifted: dict, unshifted: dict) -> str:
     keys = ("bias_r2_final", "bias_energy_final")
     if any(shifted.get(k) is None or unshifted.get(k) is None for k in keys):
         return ""
-    return (f"; at the end, R² of bias-only vs full {_fmt(shifted['bias_r2_final'])} shifted vs "
-            f"{_fmt(unshifted['bias_r2_final'])} unshifted, energy "
-            f"{_fmt(shifted['bias_energy_final'])} vs {_fmt(unshifted['bias_energy_final'])}")
+    return (f"; at the end, R² of bias-only vs full {fmt_or_na(shifted['bias_r2_final'])} shifted vs "
+            f"{fmt_or_na(unshifted['bias_r2_final'])} unshifted, energy "
+            f"{fmt_or_na(shifted['bias_energy_final'])} vs {fmt_or_na(unshifted['bias_energy_final'])}")

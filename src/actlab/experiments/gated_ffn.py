@@ -26,7 +26,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from actlab.errors import ConfigError
+from actlab.activations.spec import activation
+from actlab.errors import ConfigError, config_check
 from actlab.experiments._gated_ffn_claims import gated_ffn_claims, mean_val_loss
 from actlab.experiments._lm_common import mean_or_nan, sd_or_nan, seeded_gpt, train_and_record
 from actlab.nn.ffn import GATE_KINDS, ffn_flops_per_token
@@ -67,14 +68,9 @@ class GatedFFNConfig(LMScale):
         if not self.variants:
             raise ConfigError("variants", "needs at least one variant")
         for variant in self.variants:
-            try:
-                self.model_config(**_ffn_fields(variant))
-                if variant not in GATE_KINDS:
-                    from actlab.activations.spec import activation
-
-                    activation(variant)
-            except ValueError as exc:
-                raise ConfigError("variants", str(exc)) from None
+            config_check("variants", self.model_config, **_ffn_fields(variant))
+            if variant not in GATE_KINDS:
+                config_check("variants", activation, variant)
         if self.baseline not in self.variants:
             raise ConfigError("baseline", f"must be one of the variants {self.variants}, got "
                                           f"{self.baseline!r}")

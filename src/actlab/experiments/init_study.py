@@ -62,10 +62,10 @@ from actlab.train.binary import (  # noqa: F401 (some re-exported: the loop's fo
     BinaryRun,
     binary_accuracy,
     mean_bce,
-    single_thread,
     train_binary_sgd,
     train_binary_sgd_ensemble,
 )
+from actlab.train.supervised import torch_threads
 
 # name -> (activation, init scheme, gain or None: the scheme's own)
 CONFIGURATIONS: dict[str, tuple[str, str, float | None]] = {
@@ -180,7 +180,7 @@ class InitStudyExperiment(Experiment):
         diverged = []
         sets = [spiral_sets(config, seed) for seed in seeds]
         models = [build_model(config, name, seed) for seed in seeds]
-        with single_thread():  # tiny products: extra threads only add synchronisation
+        with torch_threads(1):  # tiny products: extra threads only add synchronisation
             norms_before = [weight_grad_norms(model, x, y, cost=logistic_cross_entropy)
                             for model, ((x, y), _) in zip(models, sets)]
         runs = train_binary_sgd_ensemble(
@@ -194,7 +194,7 @@ class InitStudyExperiment(Experiment):
             for epoch, cost in enumerate(run.costs):
                 result.add(name, seed, epoch, "", "cost", cost)
             result.add(name, seed, config.epochs, "", "diverged", float(run.diverged))
-            with single_thread():
+            with torch_threads(1):
                 accuracy = math.nan if run.diverged else binary_accuracy(model, x_test, y_test)
             result.add(name, seed, config.epochs, "", "test_accuracy", accuracy)
             if run.diverged:

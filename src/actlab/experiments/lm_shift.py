@@ -21,7 +21,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from actlab import analysis
-from actlab.errors import ConfigError
+from actlab.activations.spec import activation
+from actlab.errors import ConfigError, config_check
 from actlab.experiments._lm_common import (
     mean_or_nan,
     probe_windows,
@@ -63,13 +64,8 @@ class LMShiftConfig(LMScale):
         for spec in self.activations:
             if ":" in spec:
                 raise ConfigError("activations", f"give plain names (the shift is added): {spec!r}")
-            try:
-                self.model_config(activation=f"{spec}:adaptive")
-                from actlab.activations.spec import activation
-
-                activation(spec)
-            except ValueError as exc:
-                raise ConfigError("activations", str(exc)) from None
+            config_check("activations", self.model_config, activation=f"{spec}:adaptive")
+            config_check("activations", activation, spec)
         if self.probe_every < 1:
             raise ConfigError("probe_every", f"must be >= 1, got {self.probe_every}")
         if self.probe_batches < 1:

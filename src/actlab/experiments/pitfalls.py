@@ -37,7 +37,8 @@ from torch import nn
 from actlab.data.spirals import data_seed, two_spirals
 from actlab.experiments._common import require_at_least_one, require_positive
 from actlab.experiments._pitfalls_claims import expected_relations, pitfalls_claims
-from actlab.nn.deep_mlp import deep_mlp, weight_std
+from actlab.init import weight_std
+from actlab.nn.deep_mlp import deep_mlp
 from actlab.runner.experiment import (
     Claim,
     Experiment,
@@ -150,8 +151,8 @@ def default_linear_scale(seed: int, depth: int = 20, width: int = 64, n: int = 1
 def wrong_fan_in_axis(seed: int, fan_in: int = 300, fan_out: int = 100) -> dict:
     """He's std from the right and the wrong axis, and the measured std of weights drawn with each."""
     shape = (fan_out, fan_in)  # torch.nn.Linear.weight layout: (outputs, inputs)
-    right = weight_std("he", shape[1], shape[0])
-    wrong = weight_std("he", shape[0], shape[1])
+    right = weight_std("he", shape[1], shape[0], convention="handbook")
+    wrong = weight_std("he", shape[0], shape[1], convention="handbook")
     draw = torch.randn(shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
     return {"right_std": right, "wrong_std": wrong, "ratio": wrong / right,
             "measured_right_std": float((right * draw).std()),
@@ -164,7 +165,7 @@ def uniform_bound_as_std(seed: int, depth: int = 10, width: int = 256, n: int = 
     x = to_unit_device(torch.randn(n, width, generator=generator, dtype=torch.float64))
     draws = [to_unit_device(torch.randn(width, width, generator=generator, dtype=torch.float64))
              for _ in range(depth)]
-    std = weight_std("he", width, width)
+    std = weight_std("he", width, width, convention="handbook")
     variances = {}
     for name, scale in (("he", std), ("bound", std * math.sqrt(3.0))):
         a = x

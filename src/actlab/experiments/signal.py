@@ -26,8 +26,9 @@ from actlab.data.spirals import data_seed
 from actlab.errors import ConfigError
 from actlab.experiments._common import require_at_least_one
 from actlab.experiments._signal_claims import signal_claims
+from actlab.init import weight_std
 from actlab.measure.signal import predicted_profile, signal_profile
-from actlab.nn.deep_mlp import deep_mlp, weight_std
+from actlab.nn.deep_mlp import deep_mlp
 from actlab.plotting import pyplot
 from actlab.runner.experiment import (
     Claim,
@@ -87,7 +88,7 @@ def _network(setting, width: int, depth: int, seed: int):
     model = deep_mlp(width, width, depth, 1, activation=activation, scheme=scheme, gain=gain,
                      std=std, seed=seed)
     stds = [weight_std(scheme, layer.in_features, layer.out_features, activation=activation,
-                       gain=gain, std=std) for layer in model.linears]
+                       gain=gain, std=std, convention="handbook") for layer in model.linears]
     return model, stds
 
 

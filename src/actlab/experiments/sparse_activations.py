@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from actlab.errors import ConfigError
+from actlab.errors import ConfigError, config_check
 from actlab.experiments._common import check_activation_specs
 from actlab.experiments._image_common import (
     adam_settings,
@@ -54,10 +54,7 @@ def parse_setup(setup: str) -> tuple[str, str]:
     model, _, norm = setup.partition(":")
     if model not in MODEL_KINDS:
         raise ConfigError("setups", f"model {model!r} in {setup!r} must be one of {', '.join(MODEL_KINDS)}")
-    try:
-        parse_norm(norm or "none")
-    except ValueError as exc:
-        raise ConfigError("setups", str(exc)) from None
+    config_check("setups", parse_norm, norm or "none")
     return model, norm or "none"
 
 

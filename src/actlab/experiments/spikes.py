@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from actlab.activations.spec import activation
 from actlab.errors import ConfigError
+from actlab.experiments._common import check_activation_specs
 from actlab.experiments._lm_common import (
     mean_or_nan,
     probe_windows,
@@ -54,11 +54,7 @@ class SpikesConfig(LMScale):
         super().__post_init__()
         if not self.activations:
             raise ConfigError("activations", "needs at least one activation")
-        for spec in self.activations:
-            try:
-                activation(spec)
-            except ValueError as exc:
-                raise ConfigError("activations", str(exc)) from None
+        check_activation_specs(self.activations)
         if self.probe_batches < 1:
             raise ConfigError("probe_batches", f"must be >= 1, got {self.probe_batches}")
 

@@ -28,7 +28,8 @@ from actlab.experiments._worked_example_claims import (  # noqa: F401 - re-expor
     fmt_values,
     worked_example_claims,
 )
-from actlab.nn.deep_mlp import DeepMLP, weight_std
+from actlab.init import weight_std
+from actlab.nn.deep_mlp import DeepMLP
 from actlab.runner.experiment import (
     Claim,
     Experiment,
@@ -129,12 +130,12 @@ def initial_scales(fan_in: int, fan_out: int, stack_layers: int) -> dict:
     """Part 4: weight variances, standard deviations and uniform bounds of one layer."""
     out = {}
     for scheme in ("xavier", "he", "torch-default"):
-        std = weight_std(scheme, fan_in, fan_out, activation="relu")
+        std = weight_std(scheme, fan_in, fan_out, activation="relu", convention="handbook")
         variance = std**2
         net_input_variance = fan_in * variance  # inputs of second moment 1
         # In a stack of square layers (fan_in = fan_out) ReLU halves the second moment:
         # the per-layer factor is n v / 2 with the square layer's variance.
-        factor = fan_in * weight_std(scheme, fan_in, fan_in, activation="relu") ** 2 / 2
+        factor = fan_in * weight_std(scheme, fan_in, fan_in, convention="handbook") ** 2 / 2
         out[scheme] = {
             "variance": variance,
             "std": std,

@@ -23,8 +23,8 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor, nn
 
+from actlab.activations.spec import make_activation
 from actlab.errors import did_you_mean
-from actlab.nn.mlp import build_activation
 
 SIMILARITIES = ("correlation", "cosine", "psnr")
 
@@ -81,16 +81,16 @@ class ConvAutoencoder(nn.Module):
             if i > 0:
                 enc.append(nn.MaxPool2d(2))
             for _ in range(convs_per_stage):
-                enc += [_conv(channels, width), build_activation(activation)]
+                enc += [_conv(channels, width), make_activation(activation)]
                 channels = width
         self.encoder = nn.Sequential(*enc)
 
         dec: list[nn.Module] = []
         for i in range(len(widths) - 1, 0, -1):
-            dec += [_conv(channels, widths[i - 1]), build_activation(activation),
+            dec += [_conv(channels, widths[i - 1]), make_activation(activation),
                     nn.Upsample(scale_factor=2, mode="nearest")]
             channels = widths[i - 1]
-        dec += [_conv(channels, channels), build_activation(activation),
+        dec += [_conv(channels, channels), make_activation(activation),
                 _conv(channels, in_channels)]
         self.decoder = nn.Sequential(*dec)
 

@@ -21,14 +21,13 @@ the biases to zero (the setting of the handbook's derivations):
 
 Weights are normal unless ``distribution="uniform"`` (same variance). All draws come from
 the ``generator`` passed in, so a seed fixes the network.
-The standard deviations come from :func:`actlab.init.weight_std` (with the gain passed
-explicitly where this module's conventions differ: ``orthogonal``'s gain 1 over sqrt(fan_in));
-``torch-default`` keeps ``nn.Linear``'s own ``1 / sqrt(3 fan_in)`` bit for bit.
+The standard deviations are ``actlab.init.weight_std(..., convention="handbook")``, whose
+conventions differ from :mod:`actlab.init`'s where noted there (``orthogonal``'s gain 1 over
+sqrt(fan_in); ``torch-default`` keeps ``nn.Linear``'s own ``1 / sqrt(3 fan_in)`` bit for bit).
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Literal
 
@@ -36,61 +35,12 @@ import torch
 from torch import nn
 
 from actlab import init
-from actlab.errors import ConfigError, did_you_mean
+from actlab.activations.spec import make_activation
+from actlab.errors import ConfigError
 from actlab.train.placement import place
 
 Norm = Literal["batch", "layer"] | None
-SCHEMES = ("xavier", "he", "torch-default", "fixed-point", "orthogonal", "std")
-
-
-def build_activation(spec: str) -> nn.Module:
-    """The activation module for ``spec`` from actlab's spec registry."""
-    from actlab.activations.spec import activation
-
-    return activation(spec)
-
-
-def fixed_point_gain(spec: str) -> float:
-    """The gain that keeps unit net-input variance fixed: ``1 / sqrt(E f(z)^2)``, z ~ N(0, 1)."""
-    from actlab.theory import moments
-
-    return float(moments(spec, 1.0).gain)
-
-
-def weight_std(
-    scheme: str,
-    fan_in: int,
-    fan_out: int,
-    *,
-    activation: str = "relu",
-    gain: float | None = None,
-    std: float | None = None,
-) -> float:
-    """Standard deviation of the weights of a ``fan_out x fan_in`` layer under ``scheme``.
-
-    See the module docstring for the schemes; ``gain`` overrides the scheme's gain and ``std``
-    is required by (and only used for) the ``std`` scheme. ``orthogonal`` returns the standard
-    deviation its entries have on average, ``gain / sqrt(fan_in)``.
-    """
-    if scheme not in SCHEMES:
-
-        hint = did_you_mean(scheme, SCHEMES, n=3, cutoff=0.3, prefix="; ")
-        raise ValueError(f"unknown init scheme {scheme!r}{hint} (valid: {', '.join(SCHEMES)})")
-    if scheme == "std":
-        if std is None or not std > 0:
-            raise ConfigError("std", f"the 'std' scheme needs a standard deviation > 0, got {std}")
-        return float(std)
-    if scheme == "torch-default":
-        # nn.Linear's own formula: actlab.init's (1/sqrt(3)) / sqrt(fan_in) differs in the last
-        # bit, which would move the handbook's float64 numbers.
-        return (1.0 if gain is None else gain) / math.sqrt(3.0 * fan_in)
-    if gain is None and scheme == "fixed-point":
-        gain = fixed_point_gain(activation)
-    elif gain is None:
-        gain = math.sqrt(2.0) if scheme == "he" else 1.0  # xavier, orthogonal: 1
-    # Orthogonal here means gain / sqrt(fan_in) (actlab.init scales by the larger fan), i.e. the
-    # fan-in formula that ``he`` computes for an explicit gain.
-    return init.weight_std("he" if scheme == "orthogonal" else scheme, fan_in, fan_out, gain=gain)
+SCHEMES = init.HANDBOOK_SCHEMES
 
 
 @torch.no_grad()
@@ -116,7 +66,8 @@ def init_linear_(
         q = q if fan_out >= fan_in else q.T
         weight.copy_(scale * q.to(weight.dtype))
     else:
-        sd = weight_std(scheme, fan_in, fan_out, activation=activation, gain=gain, std=std)
+        sd = init.weight_std(scheme, fan_in, fan_out, activation=activation, gain=gain, std=std,
+                             convention="handbook")
         if distribution == "normal":
             draw = torch.randn(weight.shape, generator=generator, dtype=torch.float64)
             weight.copy_((sd * draw).to(weight.dtype))
@@ -183,7 +134,7 @@ class DeepMLP(nn.Module):
         self.hidden = nn.ModuleList(
             nn.Linear(a, b, dtype=dtype) for a, b in zip(sizes[:-1], sizes[1:])
         )
-        self.acts = nn.ModuleList(build_activation(activation) for _ in range(depth))
+        self.acts = nn.ModuleList(make_activation(activation) for _ in range(depth))
         if norm == "batch":
             self.norms = nn.ModuleList(nn.BatchNorm1d(width, dtype=dtype) for _ in range(depth))
         elif norm == "layer":

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
-from actlab.activations.spec import activation
-from actlab.errors import ConfigError, did_you_mean
+from actlab.activations.spec import activation, make_activation
+from actlab.errors import ConfigError, config_check, did_you_mean
 from actlab.nn.norms import parse_norm
 
 __all__ = [
@@ -50,14 +50,10 @@ def checked_block_parts(ffn: str, norm: str, activation_spec: str | None = None)
     if kind not in FFN_KINDS:
         hint = did_you_mean(kind, FFN_KINDS, n=2, prefix="; ")
         raise ConfigError("ffn", f"unknown kind {kind!r}{hint} (valid: {', '.join(FFN_KINDS)})")
-    for field, check, value in (("norm", parse_norm, norm), ("activation", activation,
-                                                               activation_spec)):
-        if value is None or (field == "activation" and kind != "plain"):
-            continue
-        try:
-            check(value)
-        except ValueError as exc:
-            raise ConfigError(field, str(exc)) from None
+    if norm is not None:
+        config_check("norm", parse_norm, norm)
+    if activation_spec is not None and kind == "plain":
+        config_check("activation", activation, activation_spec)
     return kind
 
 
@@ -67,16 +63,17 @@ class FFN(nn.Module):
     Args:
         d_model: input and output width d.
         hidden: intermediate width m.
-        activation: any activation spec string (see :func:`actlab.activation`).
+        activation: any activation spec string (see :func:`actlab.activation`) or a module
+            (deep-copied, see :func:`~actlab.activations.spec.make_activation`).
         bias: biases on both projections.
     """
 
-    def __init__(self, d_model: int, hidden: int, activation: str = "gelu",
+    def __init__(self, d_model: int, hidden: int, activation: str | nn.Module = "gelu",
                  bias: bool = True) -> None:
         super().__init__()
         _check_widths(d_model, hidden)
         self.up = nn.Linear(d_model, hidden, bias=bias)
-        self.act = _build(activation)
+        self.act = make_activation(activation)
         self.down = nn.Linear(hidden, d_model, bias=bias)
 
     def forward(self, x: Tensor) -> Tensor:
@@ -91,16 +88,17 @@ class GatedFFN(nn.Module):
         d_model: input and output width d.
         hidden: intermediate width g (use :func:`matched_width` to match a plain FFN).
         gate: activation spec of the gate branch; "sigmoid" is GLU, "relu" ReGLU, "gelu"
-            GEGLU, "silu" SwiGLU; any other spec works too.
+            GEGLU, "silu" SwiGLU; any other spec works too, or a module (deep-copied).
         bias: biases on the three projections (off by default, as in the GLU-variants paper).
     """
 
-    def __init__(self, d_model: int, hidden: int, gate: str = "silu", bias: bool = False) -> None:
+    def __init__(self, d_model: int, hidden: int, gate: str | nn.Module = "silu",
+                 bias: bool = False) -> None:
         super().__init__()
         _check_widths(d_model, hidden)
         self.gate_proj = nn.Linear(d_model, hidden, bias=bias)
         self.up = nn.Linear(d_model, hidden, bias=bias)
-        self.act = _build(gate)
+        self.act = make_activation(gate)
         self.down = nn.Linear(hidden, d_model, bias=bias)
 
     def forward(self, x: Tensor) -> Tensor:
@@ -191,10 +189,6 @@ def ffn_flops_per_token(d_model: int, hidden: int, *, gated: bool = False,
     if gated:
         flops += hidden
     return flops
-
-
-def _build(spec: str | nn.Module) -> nn.Module:
-    return spec if isinstance(spec, nn.Module) else activation(spec)
 
 
 def _check_widths(d_model: int, hidden: int) -> None:

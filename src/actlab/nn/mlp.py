@@ -16,27 +16,21 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
+from actlab.activations.spec import make_activation
 from actlab.nn.norms import make_norm
-
-
-def build_activation(spec: str) -> nn.Module:
-    """The activation module for ``spec`` from actlab's spec registry."""
-    import actlab
-
-    return actlab.activation(spec)
 
 
 class MLPBlock(nn.Module):
     """``Linear -> Norm -> Act``, plus the input when ``skip`` is set (square blocks only)."""
 
-    def __init__(self, in_dim: int, out_dim: int, activation: str, norm: str = "none",
+    def __init__(self, in_dim: int, out_dim: int, activation: str | nn.Module, norm: str = "none",
                  bias: bool = False, skip: bool = False, norm_bias: bool = True) -> None:
         super().__init__()
         if skip and in_dim != out_dim:
             raise ValueError(f"a skip block needs in_dim == out_dim, got {in_dim} and {out_dim}")
         self.linear = nn.Linear(in_dim, out_dim, bias=bias)
         self.norm = make_norm(norm, out_dim, bias=norm_bias)
-        self.act = build_activation(activation)
+        self.act = make_activation(activation)
         self.skip = skip
 
     def forward(self, x: Tensor) -> Tensor:
@@ -49,12 +43,12 @@ class MLP(nn.Module):
     """The seed's MLP: input projection, ``depth`` blocks, linear output (see module docstring).
 
     Inputs of any shape ``(N, ...)`` are flattened. ``activation`` is a spec string
-    (e.g. ``"relu"``, ``"gelu:topk=0.1"``), ``norm`` a :func:`~actlab.nn.norms.make_norm`
+    (e.g. ``"relu"``, ``"gelu:topk=0.1"``) or a module (deep-copied into every block), ``norm`` a :func:`~actlab.nn.norms.make_norm`
     name. ``norm_bias=False`` drops the percentile norms' learned shift.
     """
 
     def __init__(self, in_dim: int, out_dim: int, hidden: int = 128, depth: int = 5,
-                 activation: str = "relu", norm: str = "none", skip: bool = False,
+                 activation: str | nn.Module = "relu", norm: str = "none", skip: bool = False,
                  bias: bool = False, norm_bias: bool = True) -> None:
         super().__init__()
         if depth < 0 or hidden < 1:

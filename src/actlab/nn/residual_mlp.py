@@ -27,22 +27,8 @@ from collections.abc import Mapping
 import torch
 from torch import Tensor, nn
 
-from actlab.activations.spec import activation as build_activation
-from actlab.errors import SpecError
+from actlab.activations.spec import make_activation
 from actlab.nn import residual_stack
-
-
-def make_activation(spec: str | nn.Module) -> nn.Module:
-    """An activation module from a spec string (via ``actlab.activation``) or a module (copied).
-
-    The module carries its shift (``relu:shift=theory``, ``gelu:shift=0.115``) as the buffer
-    ``offset``, so models that differ only in their shift stack into one vmapped ensemble.
-    """
-    if isinstance(spec, nn.Module):
-        return copy.deepcopy(spec)
-    if not isinstance(spec, str):
-        raise SpecError(f"activation: expected a spec string or nn.Module, got {spec!r}")
-    return build_activation(spec)
 
 
 class ResidualBlock(nn.Module):

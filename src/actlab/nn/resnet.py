@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 from torch import Tensor, nn
 
-from actlab.nn.mlp import build_activation
+from actlab.activations.spec import make_activation
 from actlab.nn.norms import make_norm
 
 
@@ -25,10 +25,10 @@ class BasicBlock(nn.Module):
         super().__init__()
         self.conv1 = nn.Conv2d(in_ch, out_ch, 3, stride, 1, bias=False)
         self.norm1 = make_norm(norm, out_ch, channels_first=True, bias=norm_bias)
-        self.act1 = build_activation(activation)
+        self.act1 = make_activation(activation)
         self.conv2 = nn.Conv2d(out_ch, out_ch, 3, 1, 1, bias=False)
         self.norm2 = make_norm(norm, out_ch, channels_first=True, bias=norm_bias)
-        self.act2 = build_activation(activation)
+        self.act2 = make_activation(activation)
         self.shortcut: nn.Module = nn.Identity()
         if stride != 1 or in_ch != out_ch:
             self.shortcut = nn.Sequential(
@@ -60,7 +60,7 @@ class ResNet(nn.Module):
         self.stem = nn.Sequential(
             nn.Conv2d(in_channels, widths[0], 3, 1, 1, bias=False),
             make_norm(norm, widths[0], channels_first=True, bias=norm_bias),
-            build_activation(activation))
+            make_activation(activation))
         stages = []
         in_ch = widths[0]
         for i, (width, count) in enumerate(zip(widths, counts)):

@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from actlab.nn.mlp import build_activation
+from actlab.activations.spec import make_activation
 from actlab.nn.norms import make_norm
 
 
@@ -49,7 +49,7 @@ class ViTMLP(nn.Module):
         super().__init__()
         self.up = nn.Linear(dim, hidden, bias=bias)
         self.norm = make_norm(norm, hidden, bias=norm_bias)
-        self.act = build_activation(activation)
+        self.act = make_activation(activation)
         self.down = nn.Linear(hidden, dim, bias=bias)
 
     def forward(self, x: Tensor) -> Tensor:

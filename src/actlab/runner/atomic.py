@@ -8,7 +8,6 @@ write, even when the writer is killed (SIGKILL) half-way. Temporary names end in
 from __future__ import annotations
 
 import json
-import math
 import os
 from pathlib import Path
 from typing import Any
@@ -75,11 +74,3 @@ def read_json(path: str | os.PathLike) -> Any:
     """Read a JSON file written by :func:`atomic_write_json`."""
     with open(path, encoding="utf-8") as handle:
         return json.load(handle)
-
-
-def is_finite(value: Any) -> bool:
-    """True for a finite real number."""
-    try:
-        return math.isfinite(float(value))
-    except (TypeError, ValueError):
-        return False

@@ -16,18 +16,19 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import pkgutil
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
 import torch
 
+# A unit's status: the trainer's own two (one home, re-exported here) and ``failed``.
+from actlab.train.loop import STATUS_DIVERGED, STATUS_OK  # noqa: F401 - re-exported
+
 # Column order of the tidy metrics table shared by every experiment.
 METRIC_COLUMNS = ("run", "seed", "step", "layer", "metric", "value")
 
-STATUS_OK = "ok"
-STATUS_DIVERGED = "diverged"
 STATUS_FAILED = "failed"
 
 
@@ -197,9 +198,3 @@ def get_experiment(name: str) -> Experiment:
         hint = did_you_mean(name, experiments, n=3, cutoff=0.4, prefix="; ")
         raise ValueError(f"unknown experiment {name!r}{hint} (see `actlab run --list`)")
     return experiments[name]()
-
-
-def iter_rows(rows: Iterable[tuple]) -> Iterator[dict[str, Any]]:
-    """Rows as dicts keyed by :data:`METRIC_COLUMNS`."""
-    for row in rows:
-        yield dict(zip(METRIC_COLUMNS, row))

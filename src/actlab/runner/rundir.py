@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import shutil
 from pathlib import Path
 from typing import Any
@@ -163,8 +162,3 @@ def sort_rows(records: list[dict[str, Any]]) -> list[list]:
             keyed.append(((run, seed, step, layer, metric, unit_index, row_index), row))
     keyed.sort(key=lambda item: item[0])
     return [row for _, row in keyed]
-
-
-def dumps_compact(value: Any) -> str:
-    """Compact JSON (for tables in reports)."""
-    return json.dumps(value, default=str)

@@ -21,6 +21,11 @@ import math
 PREACTIVATION_VARIANCE = 1.0 / 3.0
 
 
+def degrees_from_cosine(cos: float) -> float:
+    """The angle in degrees whose cosine is ``cos``, clamped to [-1, 1] against rounding."""
+    return math.degrees(math.acos(max(-1.0, min(1.0, cos))))
+
+
 def relu_moments(variance: float = PREACTIVATION_VARIANCE) -> tuple[float, float]:
     """``(μ, q)`` of ReLU(Z), Z ~ N(0, variance) (eq. 62): ``μ = √(v/2π)``, ``q = v/2 − μ²``.
 
@@ -58,5 +63,4 @@ def gradient_angle(k: int, m: int, eta: float, q: float, mu: float) -> float:
     if eta < 0:
         raise ValueError(f"eta must be >= 0, got {eta}")
     t = gradient_ratio(k, m, eta, q, mu)
-    cos = (m - 1 + t) / math.sqrt(m * (m - 1 + t * t))
-    return math.degrees(math.acos(max(-1.0, min(1.0, cos))))
+    return degrees_from_cosine((m - 1 + t) / math.sqrt(m * (m - 1 + t * t)))

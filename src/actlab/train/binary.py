@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import torch
@@ -47,18 +46,6 @@ class BinaryRun:
     diverged: bool = False
 
 
-@contextmanager
-def single_thread():
-    """Run torch ops on one intra-op thread for the block (the caller's setting is restored).
-
-    The spiral networks are tiny (32 units): splitting their matrix products across threads
-    only adds synchronisation, which becomes very costly when the cores are shared;
-    parallelism comes from running units in separate processes instead.
-    """
-    with torch_threads(1):
-        yield
-
-
 def train_binary_sgd(
     model: nn.Module,
     x: torch.Tensor,
@@ -78,7 +65,10 @@ def train_binary_sgd(
     run diverged and ends it, never raising. ``on_epoch(epoch, model)`` runs before training
     (epoch 0) and after each epoch.
     """
-    with single_thread():
+    # The spiral networks are tiny (32 units): splitting their matrix products across threads
+    # only adds synchronisation, very costly when the cores are shared; parallelism comes
+    # from running units in separate processes instead.
+    with torch_threads(1):
         return _train_binary_sgd(model, x, y, lr=lr, batch_size=batch_size, epochs=epochs,
                                  seed=seed, on_epoch=on_epoch)
 
@@ -208,7 +198,7 @@ def train_binary_sgd_ensemble(
     shapes = [[(k, tuple(p.shape)) for k, p in m.named_parameters()] for m in models]
     if any(s != shapes[0] for s in shapes[1:]):
         raise ValueError("models: every model must have the same parameter names and shapes")
-    with single_thread():
+    with torch_threads(1):  # as in train_binary_sgd
         return _train_binary_sgd_ensemble(models, x, y, lr=lr, batch_size=int(batch_size),
                                           epochs=int(epochs), seeds=seeds, on_epoch=on_epoch)
 

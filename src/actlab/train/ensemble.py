@@ -138,11 +138,6 @@ class Ensemble:
 
     # ----------------------------------------------------------------- access
     @property
-    def num_members(self) -> int:
-        """Conditions x seeds."""
-        return len(self.conditions) * self.num_seeds
-
-    @property
     def device(self) -> torch.device:
         """Where the stacked parameters live."""
         return next(iter(self.params[self.conditions[0]].values())).device

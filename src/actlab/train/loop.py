@@ -109,11 +109,6 @@ def make_engine_optimizer(model: nn.Module, config: TrainSettings) -> torch.opti
     return optimizer_for(config, params)
 
 
-def make_adamw(model: nn.Module, config: TrainConfig) -> torch.optim.Optimizer:
-    """AdamW with weight decay on parameters of 2 or more dims only (matrices, embeddings)."""
-    return make_engine_optimizer(model, config)
-
-
 def default_loss(model: nn.Module, batch: Batch) -> Tensor:
     """Loss of a language model called as ``model(x, targets=y)`` returning ``(logits, loss)``."""
     x, y = batch
