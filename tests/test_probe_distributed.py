@@ -9,6 +9,7 @@ recorded step may use at most three collectives.
 
 from __future__ import annotations
 
+import gc
 import os
 import pickle
 import sys
@@ -133,8 +134,17 @@ def _worker(rank: int, mode: str, init: str, out: str) -> None:
             with open(out, "wb") as fh:
                 pickle.dump({"table": probe.table(), "hist": probe.histograms(),
                              "counts": counts, "refused": refused}, fh)
+        probe = model = None  # drop the DDP wrapper (the closure sees the same cell)
+        _release_ddp()
     finally:
         dist.destroy_process_group()
+
+
+def _release_ddp() -> None:
+    # Free DDP's reducer while the process group lives: if the reducer outlives
+    # destroy_process_group, its dealloc (holding the GIL) runs the gloo group's destructor,
+    # which joins a worker thread that waits for the GIL, and the rank hangs at exit.
+    gc.collect()
 
 
 def _run(mode: str, tmp_path) -> dict:
@@ -204,6 +214,8 @@ def _session_worker(rank: int, init: str, out: str) -> None:
         session.end()
         with open(f"{out}.{rank}", "wb") as fh:
             pickle.dump(logs, fh)
+        del session, model, opt
+        _release_ddp()
     finally:
         dist.destroy_process_group()
 
