@@ -778,9 +778,6 @@ class Probe:
         return pd.DataFrame(rows, columns=["layer", "units", "dead_frac", "dead_frac_per_batch",
                                            "batches"])
 
-    def _default_forward(self, batch: Any) -> Any:
-        return default_forward(self.model, batch)
-
     # ------------------------------------------------------------------ writers
     def write(self, writer: Any) -> int:
         """Send the rows not yet sent to ``writer`` (anything with ``write(df)``, e.g.

@@ -31,7 +31,6 @@ and are moved to the data's device, so a run is the same on every device given i
 
 from __future__ import annotations
 
-import dataclasses
 import inspect
 import math
 from collections.abc import Callable, Iterable, Sequence
@@ -40,11 +39,11 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from actlab.data.sampling import EpochBatches
-from actlab.train.callbacks import Callback, LossHistory
+from actlab.train.callbacks import Callback
 from actlab.train.ema import EMA
-from actlab.train.loop import Trainer, TrainResult
+from actlab.train.loop import TrainResult
 from actlab.train.settings import TrainSettings, choose
+from actlab.train.supervised import train
 
 FIXED_VARIANCES = ("large", "small")
 LN2 = math.log(2.0)
@@ -542,8 +541,8 @@ def train_diffusion(model: nn.Module, images: Tensor, labels: Tensor, settings: 
                     progress: Callable[..., Iterable] | None = None) -> DiffusionRun:
     """Train ``model`` in place on ``(images, labels)`` with :class:`DiffusionLoss`.
 
-    ``settings.steps`` updates over seeded epochs of ``settings.batch_size``
-    (:class:`~actlab.data.sampling.EpochBatches`), with an :class:`~actlab.train.ema.EMA` of
+    :func:`actlab.train.supervised.train` (``settings.steps`` updates over seeded epochs of
+    ``settings.batch_size``) with an :class:`~actlab.train.ema.EMA` of
     ``ema_decay``. One generator seeded ``seed`` (default ``settings.seed``) draws the batch
     order, t, ε and the model's label dropout, so the run is deterministic given the seed.
     ``diffusion`` defaults to :meth:`GaussianDiffusion.linear`. No evaluation or checkpoints;
@@ -554,24 +553,10 @@ def train_diffusion(model: nn.Module, images: Tensor, labels: Tensor, settings: 
                          f"and {tuple(labels.shape)}")
     diffusion = diffusion or GaussianDiffusion.linear()
     generator = torch.Generator().manual_seed(settings.seed if seed is None else seed)
-    config = dataclasses.replace(settings, log_every=max(1, settings.steps), eval_every=0,
-                                 checkpoint_every=0)
-    order = EpochBatches(len(images), settings.batch_size, generator)
-
-    def batch(step: int) -> tuple[Tensor, Tensor]:
-        idx = order(step)
-        return images[idx], labels[idx]
-
     ema = EMA(model, decay=ema_decay)
-    history = LossHistory()
-    was_training = model.training
-    try:
-        trainer = Trainer(model, config, batch, loss_fn=DiffusionLoss(diffusion, generator),
-                          callbacks=[history, ema, *callbacks], progress=progress)
-        result = trainer.fit()
-    finally:
-        model.train(was_training)
-    result.losses = history.values()
+    result = train(model, images, labels, settings, generator=generator,
+                   callbacks=[ema, *callbacks], progress=progress,
+                   loss_fn=DiffusionLoss(diffusion, generator))
     return DiffusionRun(result, ema.module, result.losses)
 
 

@@ -49,16 +49,25 @@ def torch_threads(n: int | None) -> Iterator[None]:
 def train(model: nn.Module, x: Tensor, y: Tensor, settings: TrainSettings, *,
           generator: torch.Generator, on_step: Callable[[int, float], None] | None = None,
           callbacks: Sequence[Callback] = (),
-          progress: Callable[..., Iterable] | None = None) -> TrainResult:
+          progress: Callable[..., Iterable] | None = None,
+          loss_fn: Callable[[nn.Module, tuple[Tensor, Tensor]], Tensor] | None = None
+          ) -> TrainResult:
     """Train ``model`` in place on ``(x, y)``; see the module docstring.
 
+    ``loss_fn(model, (x, y))`` replaces the default ``settings.loss`` of ``model(x)`` and
+    ``y`` (e.g. a diffusion loss, which draws its own noise).
     The model is put in training mode for the run and its previous mode is restored.
     ``on_step(step, loss)`` runs after each update with the 0-based step (it synchronises
     every step; ``callbacks`` fire on their own schedules). ``progress`` wraps the steps.
     The result's ``losses`` hold every update's batch loss (and the non-finite one that
     stopped a diverged run).
     """
-    criterion = get_loss(settings.loss)
+    if loss_fn is None:
+        criterion = get_loss(settings.loss)
+
+        def loss_fn(m: nn.Module, b: tuple[Tensor, Tensor]) -> Tensor:
+            return criterion(m(b[0]), b[1])
+
     # One log line at the end: the engine then never reads the loss back between steps.
     config = dataclasses.replace(settings, log_every=max(1, settings.steps), eval_every=0,
                                  checkpoint_every=0)
@@ -72,7 +81,7 @@ def train(model: nn.Module, x: Tensor, y: Tensor, settings: TrainSettings, *,
     extra = [] if on_step is None else [EveryStep(on_step, zero_based=True)]
     was_training = model.training
     try:
-        trainer = Trainer(model, config, batch, loss_fn=lambda m, b: criterion(m(b[0]), b[1]),
+        trainer = Trainer(model, config, batch, loss_fn=loss_fn,
                           callbacks=[history, *callbacks, *extra], progress=progress)
         result = trainer.fit()
     finally:
