@@ -73,9 +73,10 @@ def _stat_dtype(t: torch.Tensor) -> torch.Tensor:
 # (bool intermediates, Welford loops: 10-100x a plain sum). The device halves below use
 # float ops only (sum, dot, clamp, sign), which vectorise, reuse one scratch buffer, and count
 # exactly: ``sign(clamp(p, max=0))`` is -1 exactly where p < 0 and 0 elsewhere.
-# Variances are centred moments ``m2 = sum (x - mean)^2`` (two passes over the data, no
-# cancellation when ``|mean| >> std``); passes and ranks merge them with the parallel
-# formulas of :mod:`actlab.probe.merge`. Every division and square root happens on the host.
+# Variances are centred moments ``m2 = sum (x - mean)^2`` (eagerly two passes over the data,
+# compiled one shifted pass: :func:`_shifted_moments`; no cancellation when
+# ``|mean| >> std``); passes and ranks merge them with the parallel formulas of
+# :mod:`actlab.probe.merge`. Square roots and the metrics' divisions happen on the host.
 def _count_negative(t: torch.Tensor, scratch: torch.Tensor) -> torch.Tensor:
     """Number of elements < 0 (as a float tensor); overwrites ``scratch``."""
     return -torch.clamp(t, max=0, out=scratch).sign_().sum()
@@ -118,6 +119,8 @@ def forward_raw(p: torch.Tensor, a: torch.Tensor, eps: float,
     """
     p = _stat_dtype(p.detach()).reshape(-1)
     a = _stat_dtype(a.detach()).to(p.dtype).reshape(-1)
+    if torch.compiler.is_compiling() and p.numel() and a.numel():
+        return _forward_raw_fused(p, a, eps, bounds, tol)
     size = max(p.numel(), a.numel())
     if scratch is None or scratch.numel() < size or scratch.dtype != p.dtype:
         scratch = torch.empty(size, dtype=p.dtype, device=p.device)
@@ -138,6 +141,44 @@ def forward_raw(p: torch.Tensor, a: torch.Tensor, eps: float,
         torch.sub(a, centre, out=buf_a).abs_()
         sat = _count_above(buf_a, half - tol, buf_a)
     return torch.stack([mean_p, m2_p, neg, mean_a, m2_a, dense, a_max, a_min, sat])
+
+
+# Samples in the shift of the one-pass moments: |mean - shift| ~ std / sqrt(samples).
+_SHIFT_SAMPLES = 256
+
+
+def _shifted_moments(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(mean, sum (t - mean)^2)`` of a non-empty flat tensor in one pass over it.
+
+    The sums of ``d = t - c`` and ``d^2`` with ``c`` the mean of a strided sample give
+    ``m2 = sum d^2 - (sum d)^2 / n``. The subtraction cancels only the share
+    ``n (mean - c)^2 / sum d^2 ~ 1 / samples`` of ``sum d^2`` (under a bit), so the result
+    is as accurate as the two-pass one, also when ``|mean| >> std``, and a compiler fuses
+    both sums with the other reductions of the same tensor into a single loop.
+    """
+    n = t.numel()
+    shift = t[::max(n // _SHIFT_SAMPLES, 1)].mean()
+    d = t - shift
+    s1, s2 = d.sum(), (d * d).sum()
+    return shift + s1 / n, s2 - s1 * (s1 / n)
+
+
+def _forward_raw_fused(p: torch.Tensor, a: torch.Tensor, eps: float,
+                       bounds: tuple[float, float] | None, tol: float) -> torch.Tensor:
+    """:func:`forward_raw` under ``torch.compile``: the same vector from plain reductions
+    over ``p`` and ``a`` (each read once); the eager path's in-place scratch arithmetic would
+    make inductor materialise every intermediate."""
+    mean_p, m2_p = _shifted_moments(p)
+    mean_a, m2_a = _shifted_moments(a)
+    neg = (p < 0).to(p.dtype).sum()
+    dense = (a.abs() > _float_below(eps, a.dtype)).to(a.dtype).sum()
+    if bounds is None:
+        sat = torch.zeros((), dtype=a.dtype, device=a.device)
+    else:
+        low, high = bounds
+        centre, half = (low + high) / 2, (high - low) / 2
+        sat = ((a - centre).abs() > half - tol).to(a.dtype).sum()
+    return torch.stack([mean_p, m2_p, neg, mean_a, m2_a, dense, a.amax(), a.amin(), sat])
 
 
 def forward_stats(raw: np.ndarray, n_pre: np.ndarray, n_post: np.ndarray) -> Stats:

@@ -379,7 +379,9 @@ class Probe:
         if self._want_inputs:
             for where in self.inputs:
                 add(where.module.register_forward_hook(self._make_input_hook(where)))
-        if self._want_wgrad:
+        # Under a process group a hook would read the local gradient before its reduction;
+        # step() / capture_grads() read the reduced one and would discard the hook's record.
+        if self._want_wgrad and not self.distributed:
             for weight in self.weights:
                 if weight.param.requires_grad:
                     add(weight.param.register_post_accumulate_grad_hook(self._make_grad_hook(weight)))
@@ -392,7 +394,8 @@ class Probe:
             handle.remove()
         self._handles.clear()
         self._last_linear = None
-        self._buffers.clear()
+        # the scratch buffers stay (freed by close()): a fresh activation-sized buffer at every
+        # recorded step would cost its page faults again
         self._attached = False
 
     def _linear_hook(self, module: nn.Module, inputs: tuple, output: Any) -> None:
