@@ -1,12 +1,14 @@
 """Tiny experiments registered only by the runner's tests (not part of actlab).
 
 ``toy`` trains a two-layer network per activation and seed for a few SGD steps; options
-make chosen units fail (raise) or diverge (huge learning rate), or sleep so that a test
-can kill a sweep half-way. ``toy-ensemble`` puts all seeds in one unit.
+make chosen units fail (raise), diverge (huge learning rate) or kill their pool worker, or
+sleep so that a test can kill a sweep half-way. ``toy-ensemble`` puts all seeds in one unit.
 """
 
 from __future__ import annotations
 
+import multiprocessing
+import os
 import time
 from dataclasses import dataclass
 
@@ -37,6 +39,7 @@ class ToyConfig:
     diverge_act: str = ""
     flag_divergence: bool = True  # False: leave detection to the runner's safety net
     sleep: float = 0.0
+    crash_act: str = ""  # units of this activation kill their pool worker (never the main process)
 
     def __post_init__(self) -> None:
         if self.lr <= 0:
@@ -93,6 +96,8 @@ class Toy(Experiment):
             time.sleep(config.sleep)
         if act == config.fail_act or act in FAIL_ACTS:
             raise RuntimeError(f"boom in {act}")
+        if act == config.crash_act and multiprocessing.parent_process() is not None:
+            os._exit(3)  # as a segfault or the OOM killer would: no exception, no record
         result = UnitResult()
         for seed in seeds:
             finite = train_toy(config, act, seed, result, run=act)

@@ -159,15 +159,27 @@ def report_command(run_dir):
 @click.option("--only", default=None, metavar="A,B", help="Only these experiments.")
 @click.option("--out", type=click.Path(file_okay=False), default="runs", show_default=True)
 @click.option("--resume", is_flag=True, help="Skip units already finished.")
-@click.option("--workers", type=int, default=1, show_default=True)
+@click.option("--workers", type=int, default=None,
+              help="Parallel processes sharing the units of all experiments, longest first "
+                   "[default: the number of cores with --device cpu, else 1]; 1 runs in-process, "
+                   "experiment by experiment.")
 @click.option("--device", default="cpu", show_default=True)
 @click.option("--native", is_flag=True, help=NATIVE_HELP)
 def reproduce_command(quick, full, only, out, resume, workers, device, native):
-    """Run every registered experiment and write OUT/index.html with the headline findings."""
-    from actlab.runner.reproduce import reproduce
+    """Run every registered experiment and write OUT/index.html with the headline findings.
+
+    The units of all experiments share one pool of --workers processes, started longest
+    first by the unit times recorded in actlab/runner/unit_times.json; every unit runs
+    with one torch thread, so the numbers do not depend on --workers. Each
+    experiment's summary, claims and report are written when its last unit ends, and
+    OUT/index.html is kept current; OUT/unit_times.json records this run's unit times.
+    """
+    from actlab.runner.reproduce import default_workers, reproduce
 
     load_plugins()
     _use_native(native, device)
+    if workers is None:
+        workers = default_workers(device)
     names = [n.strip() for n in only.split(",") if n.strip()] if only else None
     options = RunOptions(out=Path(out), resume=resume, workers=workers, device=device,
                          command=list(sys.argv))

@@ -14,8 +14,10 @@ import sys
 import threading
 import time
 import traceback
+from collections import deque
 from collections.abc import Callable, Sequence
-from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import replace
 from typing import Any
 
@@ -65,28 +67,73 @@ def run_local(
     ``configs`` (one config object per task) is used in-process; pool workers rebuild the
     config from the task's JSON dict.
     """
+    run_indexed(tasks, lambda _, record: on_done(record), workers, configs)
+
+
+def run_indexed(
+    tasks: Sequence[UnitTask],
+    on_done: Callable[[int, dict[str, Any]], None],
+    workers: int = 1,
+    configs: Sequence[Any] | None = None,
+) -> None:
+    """:func:`run_local`, calling ``on_done(i, record)`` with the position ``i`` of the task.
+
+    Unit ids are unique within one run only (two experiments can plan the same id), so a
+    caller that mixes the units of several runs tells them apart by position. The pool
+    starts units in list order as workers free up: a list sorted longest first is
+    scheduled longest-processing-time-first.
+    """
     if workers < 1:
         raise ConfigError("--workers", f"must be >= 1, got {workers}")
     if not tasks:
         return
     if workers == 1:
-        for i, task in enumerate(tasks):
-            on_done(execute_unit(task, configs[i] if configs is not None else None))
+        import torch
+
+        previous = torch.get_num_threads()  # units pin their own; give the caller its own back
+        try:
+            for i, task in enumerate(tasks):
+                on_done(i, execute_unit(task, configs[i] if configs is not None else None))
+        finally:
+            torch.set_num_threads(previous)
         return
     threads = threads_per_worker(workers)
-    context = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(
-        max_workers=min(workers, len(tasks)),
-        mp_context=context,
+    queue = deque(range(len(tasks)))
+    while queue:
+        suspects = _run_pool(tasks, queue, on_done, min(workers, len(queue)), threads)
+        # A dead worker breaks the whole pool: every unit in flight then fails alike. Run
+        # each of them alone, so only the one that kills its worker is recorded failed.
+        for i in suspects:
+            with _pool(1, threads) as alone:
+                on_done(i, _result_or_failure(alone.submit(execute_unit, tasks[i]).result, tasks[i]))
+
+
+def _pool(workers: int, threads: int) -> ProcessPoolExecutor:
+    return ProcessPoolExecutor(
+        max_workers=workers,
+        mp_context=multiprocessing.get_context("spawn"),
         initializer=_init_worker,
         initargs=(threads, list(sys.path), os.getpid()),
-    ) as pool:
-        futures = {pool.submit(execute_unit, task): task for task in tasks}
-        pending = set(futures)
-        while pending:
-            done, pending = wait(pending, return_when=FIRST_COMPLETED)
-            for future in done:
-                on_done(_result_or_failure(future.result, futures[future]))
+    )
+
+
+def _run_pool(tasks: Sequence[UnitTask], queue: deque[int], on_done: Callable[[int, dict[str, Any]], None],
+              workers: int, threads: int) -> list[int]:
+    """Feed ``queue`` (task positions) to one pool, at most ``workers`` units in flight, in
+    queue order; return the units in flight when a worker died (the pool is then spent)."""
+    with _pool(workers, threads) as pool:
+        in_flight: dict[Future, int] = {}
+        while queue or in_flight:
+            while queue and len(in_flight) < workers:
+                i = queue.popleft()
+                in_flight[pool.submit(execute_unit, tasks[i])] = i
+            done, _ = wait(in_flight, return_when=FIRST_COMPLETED)
+            for future in sorted(done, key=in_flight.__getitem__):
+                if isinstance(future.exception(), BrokenProcessPool):
+                    return sorted(in_flight.values())
+                i = in_flight.pop(future)
+                on_done(i, _result_or_failure(future.result, tasks[i]))
+    return []
 
 
 def ray_resources(device: str) -> dict[str, float]:

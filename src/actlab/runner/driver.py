@@ -1,10 +1,11 @@
 """Running an experiment (or a sweep over a grid) into a run directory.
 
-:func:`run_experiment` plans the units, skips finished ones when resuming, executes the
-rest on a backend while saving each unit as it ends, then assembles ``metrics.csv``,
-calls the experiment's ``summarize`` and ``claims`` and writes the report. It raises only
-for user errors (bad config, unknown experiment); failures of units or of ``summarize``
-are recorded and returned in :class:`RunOutcome`.
+:func:`run_experiment` is three steps: :func:`prepare_run` plans the units and skips
+finished ones when resuming; a backend executes the rest while each unit is saved as it
+ends; :func:`finish_run` assembles ``metrics.csv``, calls the experiment's ``summarize``
+and ``claims`` and writes the report (``actlab reproduce`` interleaves the middle step of
+many runs). It raises only for user errors (bad config, unknown experiment); failures of
+units or of ``summarize`` are recorded and returned in :class:`RunOutcome`.
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ class RunOptions:
     mlflow: str | None = None
     command: list[str] | None = None  # recorded in env.json (default: sys.argv)
     progress: bool | None = None  # None: progress bars only on a TTY
+    threads: int | None = None  # torch threads of every unit; None: see unit_threads
 
 
 @dataclass
@@ -152,9 +154,9 @@ def _tasks(plan: Plan, todo: list[PlannedUnit], run_dir: RunDir, options: RunOpt
     module = type(experiment).__module__
     root = module_root(module)
     pooled = options.backend == "ray" or options.workers > 1
-    threads = threads_per_worker(options.workers) if pooled else None
-    if options.backend == "ray" and (options.address or options.workers == 1):
-        threads = 1  # Ray runs one task per CPU of the cluster: one thread each
+    # Every local unit sets its thread count, in-process too: a unit that changed it (or
+    # a pool worker reused across experiments) must not pass it on to the next unit.
+    threads = unit_threads(options)
     show = options.progress if options.progress is not None else sys.stderr.isatty()
     tasks = []
     for unit in todo:
@@ -176,6 +178,20 @@ def _tasks(plan: Plan, todo: list[PlannedUnit], run_dir: RunDir, options: RunOpt
             )
         )
     return tasks
+
+
+def unit_threads(options: RunOptions) -> int:
+    """Torch threads every unit of a run sets: this process's count in-process (as
+    ``OMP_NUM_THREADS`` or torch's default left it), ``cores // workers`` in a local pool,
+    one per Ray task on a cluster or with one worker; ``options.threads`` when set (reproduce
+    pins one thread per unit, so any ``--workers`` gives the same bits)."""
+    import torch
+
+    if options.threads is not None:
+        return options.threads
+    if options.backend == "ray":
+        return 1 if options.address or options.workers == 1 else threads_per_worker(options.workers)
+    return threads_per_worker(options.workers) if options.workers > 1 else torch.get_num_threads()
 
 
 def _progress_bar(total: int, description: str, options: RunOptions):
@@ -216,21 +232,58 @@ def _summarize(
     return content, claims
 
 
-def run_experiment(
+@dataclass
+class PreparedRun:
+    """A planned run whose directory, config and environment are written: the units still
+    to execute (``tasks``, with their config objects in ``configs``) and how to finish it.
+
+    :func:`prepare_run` makes one, a backend executes ``tasks`` while :meth:`save_unit`
+    stores each record as it arrives, and :func:`finish_run` assembles the results. Several
+    prepared runs can share one pool (``actlab reproduce``).
+    """
+
+    plan: Plan
+    run_dir: RunDir
+    run_name: str
+    outcome: RunOutcome
+    tasks: list[UnitTask]
+    configs: list[Any]
+    sinks: list[Sink] = field(default_factory=list)
+
+    def save_unit(self, record: dict[str, Any]) -> None:
+        """Store one finished unit (``units/<id>.json``) and pass it to the sinks."""
+        self.run_dir.save_unit(record)
+        for sink in self.sinks:
+            sink.unit(record, _run_prefix(record["point"]))
+
+    def drop_empty_work_dir(self) -> None:
+        """Remove ``work/`` once no unit left files there."""
+        work = self.run_dir.work_dir
+        if work.exists() and not any(work.iterdir()):
+            work.rmdir()
+
+
+def check_run_options(options: RunOptions) -> None:
+    """Refuse a bad ``--backend``, ``--workers`` or ``--device`` before any work."""
+    if options.backend not in BACKENDS:
+        raise ConfigError("--backend", f"must be one of {', '.join(BACKENDS)}, got {options.backend!r}")
+    if options.workers < 1:
+        raise ConfigError("--workers", f"must be >= 1, got {options.workers}")
+    check_device(options.device)
+
+
+def prepare_run(
     name: str,
     scale: str = "default",
     overrides: dict[str, Any] | None = None,
     grid: dict[str, list[str]] | None = None,
     n_seeds: int | None = None,
     options: RunOptions | None = None,
-) -> RunOutcome:
-    """Run experiment ``name`` at ``scale`` with ``overrides`` over ``grid`` into a run directory."""
+) -> PreparedRun:
+    """Plan experiment ``name``, write its ``config.json`` and ``env.json`` and list the
+    units still to run (all of them, or those not finished when resuming)."""
     options = options or RunOptions()
-    if options.backend not in BACKENDS:
-        raise ConfigError("--backend", f"must be one of {', '.join(BACKENDS)}, got {options.backend!r}")
-    if options.workers < 1:
-        raise ConfigError("--workers", f"must be >= 1, got {options.workers}")
-    check_device(options.device)
+    check_run_options(options)
     experiment = get_experiment(name)
     grid = dict(grid or {})
     plan = make_plan(experiment, scale, overrides, grid, n_seeds)
@@ -249,10 +302,13 @@ def run_experiment(
                 "--resume",
                 f"{run_dir.path} was run with a different {key}; use another --name or drop --resume",
             )
+    if options.backend == "ray" or options.workers > 1:
+        _check_round_trip(plan)
     run_dir.prepare(options.resume)
     run_dir.write_json("config.json", config_record)
     use_strict_float32()  # as every unit does; env.json then records the flags units run under
     env = environment(options.device, options.command)
+    env["torch_threads"] = unit_threads(options)  # what the units run with, pooled or not
     if experiment.host_only and options.device != "cpu":
         env["computes_on"] = "cpu"
         print(f"note: {experiment.name} computes on the CPU ({experiment.host_only})",
@@ -265,29 +321,44 @@ def run_experiment(
     params = flatten(config_record.get("config") or {"grid": grid})
     for sink in sinks:
         sink.start(experiment.name, run_name, params)
+    return PreparedRun(plan, run_dir, run_name, outcome, _tasks(plan, todo, run_dir, options),
+                       [plan.config_for(u.point) for u in todo], sinks)
 
-    bar = _progress_bar(len(plan.units), f"{experiment.name}/{run_name}", options)
-    bar.update(outcome.n_skipped)
+
+def run_experiment(
+    name: str,
+    scale: str = "default",
+    overrides: dict[str, Any] | None = None,
+    grid: dict[str, list[str]] | None = None,
+    n_seeds: int | None = None,
+    options: RunOptions | None = None,
+) -> RunOutcome:
+    """Run experiment ``name`` at ``scale`` with ``overrides`` over ``grid`` into a run directory."""
+    options = options or RunOptions()
+    run = prepare_run(name, scale, overrides, grid, n_seeds, options)
+    bar = _progress_bar(run.outcome.n_units, f"{run.plan.experiment.name}/{run.run_name}", options)
+    bar.update(run.outcome.n_skipped)
 
     def on_done(record: dict[str, Any]) -> None:
-        run_dir.save_unit(record)
-        for sink in sinks:
-            sink.unit(record, _run_prefix(record["point"]))
+        run.save_unit(record)
         bar.update(1)
 
-    if options.backend == "ray" or options.workers > 1:
-        _check_round_trip(plan)
-    tasks = _tasks(plan, todo, run_dir, options)
     try:
         if options.backend == "ray":
-            run_ray(tasks, on_done, options.address, options.workers if options.workers > 1 else None)
+            run_ray(run.tasks, on_done, options.address, options.workers if options.workers > 1 else None)
         else:
-            run_local(tasks, on_done, options.workers, [plan.config_for(u.point) for u in todo])
+            run_local(run.tasks, on_done, options.workers, run.configs)
     finally:
         bar.close()
-        if run_dir.work_dir.exists() and not any(run_dir.work_dir.iterdir()):
-            run_dir.work_dir.rmdir()
+        run.drop_empty_work_dir()
+    return finish_run(run)
 
+
+def finish_run(run: PreparedRun) -> RunOutcome:
+    """Once every unit of ``run`` is saved: write ``metrics.csv``, ``summary.json``,
+    ``claims.json``, ``status.json`` and the report, and return the outcome."""
+    plan, run_dir, outcome = run.plan, run.run_dir, run.outcome
+    experiment = plan.experiment
     records = []
     for unit in plan.units:
         record = run_dir.load_unit(unit.id)
@@ -324,14 +395,14 @@ def run_experiment(
         {
             "experiment": experiment.name,
             "description": experiment.description,
-            "name": run_name,
+            "name": run.run_name,
             "units": counts,
             "failed": outcome.failed,
             "diverged": outcome.diverged,
             "summary_error": outcome.summary_error,
         },
     )
-    for sink in sinks:
+    for sink in run.sinks:
         sink.finish(outcome.summary)
 
     from actlab.runner.report import write_report

@@ -1,23 +1,39 @@
 """``actlab reproduce``: run every registered experiment and write ``index.html``.
 
-Experiments run one after another in :data:`PREFERRED_ORDER` (cheap, foundational ones
-first; unknown names after, alphabetically). A failing experiment is listed in the index
-and the next one starts.
+Every experiment is planned first (in :data:`PREFERRED_ORDER`: cheap, foundational ones
+first; unknown names after, alphabetically); then the units of all of them share one
+pool. With several workers they start longest first (longest-processing-time-first list
+scheduling), each unit's time estimated from :data:`UNIT_TIMES`, a table recorded by an
+earlier quick reproduction; with one worker they run in-process, experiment by
+experiment. An experiment's summary, claims and report are written as soon as its last
+unit is done, and the index is rewritten each time. A failing experiment is listed in the
+index and the rest still run.
 """
 
 from __future__ import annotations
 
+import json
+import os
+import statistics
+import sys
+import time
 import traceback
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from actlab.errors import did_you_mean
-from actlab.runner.driver import RunOptions, run_experiment
+from actlab.runner.atomic import atomic_write_json
+from actlab.runner.backends import run_indexed
+from actlab.runner.driver import PreparedRun, RunOptions, check_run_options, finish_run, prepare_run
 from actlab.runner.execute import error_headline
 from actlab.runner.experiment import list_experiments
 from actlab.runner.references import reference_summary
 from actlab.runner.report import write_index
+
+UNIT_TIMES = Path(__file__).with_name("unit_times.json")  # committed: a quick run's unit times
+UNIT_TIMES_FILE = "unit_times.json"  # written into OUT by every reproduction
+FALLBACK_UNIT_S = 10.0  # estimate of a unit when the table knows no experiment at all
 
 PREFERRED_ORDER = (
     "gallery",
@@ -55,36 +71,167 @@ class ReproduceOutcome:
         return [e for e in self.entries if e["status"] != "ok"]
 
 
+#: torch threads of every unit of a reproduction
+UNIT_THREADS = 1
+
+
+def default_workers(device: str) -> int:
+    """``--workers`` of ``reproduce`` when not given: every core on the CPU, one on a GPU
+    (units in parallel processes would share one device)."""
+    return (os.cpu_count() or 1) if device == "cpu" else 1
+
+
+def load_unit_times(path: Path = UNIT_TIMES) -> dict[str, dict[str, float]]:
+    """Seconds per unit id per experiment from a ``unit_times.json`` (empty if unreadable)."""
+    try:
+        table = json.loads(Path(path).read_text(encoding="utf-8"))["experiments"]
+        return {name: {uid: float(t) for uid, t in units.items()} for name, units in table.items()}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return {}
+
+
+def unit_estimates(runs: dict[str, PreparedRun], table: dict[str, dict[str, float]]) -> dict[str, list[float]]:
+    """Estimated seconds of each unit still to run, per experiment.
+
+    A unit's recorded time when the table has its id (ids hash point, unit and seeds, so a
+    changed unit is not mistaken for the old one); else the mean recorded unit of its
+    experiment; else the median of those means over all experiments. Only the order
+    matters to the scheduler, so times recorded at quick scale also rank other scales.
+    """
+    means = {name: statistics.fmean(times.values()) for name, times in table.items() if times}
+    fallback = statistics.median(means.values()) if means else FALLBACK_UNIT_S
+    return {name: [table.get(name, {}).get(task.unit_id, means.get(name, fallback)) for task in run.tasks]
+            for name, run in runs.items()}
+
+
+def _new_entry(name: str, description: str) -> dict[str, Any]:
+    return {"experiment": name, "description": description, "report": None, "status": "ok",
+            "problems": [], "claims": []}
+
+
+def _record_failure(entry: dict[str, Any], exc: BaseException, out: Path, scale: str) -> None:
+    entry["status"] = "failed"
+    entry["problems"] = [error_headline("".join(traceback.format_exception(exc)))]
+    if (out / entry["experiment"] / scale / "report.html").exists():
+        entry["report"] = f"{entry['experiment']}/{scale}/report.html"
+
+
+def _minutes(seconds: float) -> str:
+    return f"{int(seconds // 60)}:{int(seconds % 60):02d}"
+
+
 def reproduce(scale: str, only: list[str] | None, options: RunOptions, echo=print) -> ReproduceOutcome:
-    """Run the experiments at ``scale`` into ``options.out`` (run name = scale) and write the index."""
+    """Run the experiments at ``scale`` into ``options.out`` (run name = scale) and write the index.
+
+    ``options.workers`` processes share the units of all experiments (see the module
+    docstring); each experiment is finished as soon as its last unit is saved.
+    """
+    check_run_options(options)
     out = Path(options.out)
     out.mkdir(parents=True, exist_ok=True)
     registered = list_experiments()
-    entries: list[dict[str, Any]] = []
-    for name in ordered_experiments(only):
-        entry: dict[str, Any] = {"experiment": name, "description": registered[name].description,
-                                 "report": None, "status": "ok", "problems": [], "claims": []}
-        echo(f"== {name} ({scale})")
+    names = ordered_experiments(only)
+    entries = {name: _new_entry(name, registered[name].description) for name in names}
+    runs: dict[str, PreparedRun] = {}
+    # One bar for the whole reproduction; one torch thread per unit whatever the worker count,
+    # so a reproduction's numbers do not depend on --workers (thread count changes reductions).
+    run_options = replace(options, progress=False, threads=UNIT_THREADS)
+    for name in names:
         try:
-            outcome = run_experiment(name, scale, options=replace(options, name=scale))
+            runs[name] = prepare_run(name, scale, options=replace(run_options, name=scale))
+        except Exception as exc:  # noqa: BLE001 - one experiment failing must not stop the rest
+            _record_failure(entries[name], exc, out, scale)
+            echo(f"== {name} ({scale}): {entries[name]['problems'][0]}")
+
+    table = load_unit_times()
+    estimates = unit_estimates(runs, table)
+    queue = [(name, i) for name, run in runs.items() for i in range(len(run.tasks))]
+    if options.workers > 1:  # longest first; ties keep reproduction order
+        queue.sort(key=lambda item: -estimates[item[0]][item[1]])
+    total = sum(sum(e) for e in estimates.values())
+    echo(f"reproduce ({scale}): {len(queue)} units of {len(runs)} experiments on "
+         f"{options.workers} worker(s), {'longest first' if options.workers > 1 else 'in order'}; "
+         f"estimated {_minutes(total / options.workers)} (min:s) from "
+         f"{'the recorded unit times' if table else f'{FALLBACK_UNIT_S:g} s a unit (no recorded times)'}")
+    remaining = {name: len(run.tasks) for name, run in runs.items()}
+    times: dict[str, dict[str, float]] = {name: {} for name in runs}
+    started = time.monotonic()
+    bar = _progress_bar(len(queue), options)
+
+    def finish(name: str) -> None:
+        entry, run = entries[name], runs[name]
+        try:
+            run.drop_empty_work_dir()
+            outcome = finish_run(run)
             entry["report"] = f"{name}/{scale}/report.html"
             entry["claims"] = outcome.claims
-            entry["problems"] = outcome.failure_lines() + [
-                f"diverged: {d['label']}" for d in outcome.diverged
-            ]
+            entry["problems"] = outcome.failure_lines() + [f"diverged: {d['label']}" for d in outcome.diverged]
             if not outcome.ok:
                 entry["status"] = "failed"
             held = [c.get("held") for c in outcome.claims]
-            echo(f"   {outcome.path}: {outcome.n_units} units, {len(outcome.failed)} failed, "
-                 f"{len(outcome.diverged)} diverged; claims held {held.count(True)}/{len(held)} "
-                 f"(at reference scale: {reference_summary(name)})")
+            done = sum(r == 0 for r in remaining.values())
+            bar.write_or_echo(
+                f"== {name} ({scale}) [{done}/{len(runs)} done, {_minutes(time.monotonic() - started)}]: "
+                f"{outcome.path}: {outcome.n_units} units, {len(outcome.failed)} failed, "
+                f"{len(outcome.diverged)} diverged; claims held {held.count(True)}/{len(held)} "
+                f"(at reference scale: {reference_summary(name)})", echo)
         except Exception as exc:  # noqa: BLE001 - one experiment failing must not stop the rest
-            entry["status"] = "failed"
-            entry["problems"] = [error_headline("".join(traceback.format_exception(exc)))]
-            report = out / name / scale / "report.html"
-            if report.exists():
-                entry["report"] = f"{name}/{scale}/report.html"
-        entries.append(entry)
-        write_index(out, entries, scale)  # keep the index current while the rest runs
-    index = write_index(out, entries, scale)
-    return ReproduceOutcome(index, entries)
+            _record_failure(entry, exc, out, scale)
+        write_index(out, list(entries.values()), scale)  # keep the index current while the rest runs
+
+    def on_done(k: int, record: dict[str, Any]) -> None:
+        name, i = queue[k]
+        runs[name].save_unit(record)
+        if "elapsed_s" in record:
+            times[name][record["id"]] = record["elapsed_s"]
+        remaining[name] -= 1
+        bar.update(1)
+        if remaining[name] == 0:
+            finish(name)
+
+    write_index(out, list(entries.values()), scale)
+    for name in [n for n, left in remaining.items() if left == 0]:  # resumed: nothing to run
+        finish(name)
+    try:
+        run_indexed([runs[n].tasks[i] for n, i in queue], on_done, options.workers,
+                    [runs[n].configs[i] for n, i in queue])
+    finally:
+        bar.close()
+        _write_unit_times(out / UNIT_TIMES_FILE, scale, options.workers, times)
+    index = write_index(out, list(entries.values()), scale)
+    return ReproduceOutcome(index, list(entries.values()))
+
+
+def _write_unit_times(path: Path, scale: str, workers: int, times: dict[str, dict[str, float]]) -> None:
+    """Record this reproduction's unit times (the format of :data:`UNIT_TIMES`, which is a
+    copy of one quick reproduction's file); units resumed from earlier runs keep no time."""
+    atomic_write_json(path, {"scale": scale, "workers": workers, "cpu_count": os.cpu_count(),
+                      "experiments": {n: dict(sorted(t.items())) for n, t in times.items() if t}})
+
+
+class _Bar:
+    """A progress bar over all units on a TTY; plain lines (``echo``) otherwise."""
+
+    def __init__(self, total: int, show: bool) -> None:
+        from tqdm.auto import tqdm
+
+        self._bar = tqdm(total=total, desc="reproduce", unit="unit", disable=not show, file=sys.stderr)
+        self._show = show
+
+    def update(self, n: int) -> None:
+        self._bar.update(n)
+
+    def write_or_echo(self, line: str, echo) -> None:
+        if self._show:
+            self._bar.clear()
+        echo(line)
+        if self._show:
+            self._bar.refresh()
+
+    def close(self) -> None:
+        self._bar.close()
+
+
+def _progress_bar(total: int, options: RunOptions) -> _Bar:
+    show = options.progress if options.progress is not None else sys.stderr.isatty()
+    return _Bar(total, bool(show))
