@@ -9,6 +9,7 @@ final values, crossover steps and hidden-state overshoot from the table
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Sequence
 from typing import Any
 
@@ -74,6 +75,35 @@ def finite_mean(values: Any) -> float | None:
     arr = np.asarray(values, dtype=float)
     arr = arr[np.isfinite(arr)]
     return float(arr.mean()) if arr.size else None
+
+
+def mean_and_sd(values: Any) -> tuple[float | None, float | None]:
+    """Mean and sample sd (ddof 1) of the finite ``values``; ``None`` where too few for either."""
+    v = np.asarray(values, dtype=float)
+    v = v[np.isfinite(v)]
+    return (float(v.mean()) if len(v) else None, float(v.std(ddof=1)) if len(v) > 1 else None)
+
+
+def mean_or_nan(values: Sequence[float]) -> float:
+    """Mean of ``values``; nan when there are none."""
+    return float(statistics.fmean(values)) if len(values) else float("nan")
+
+
+def sd_or_nan(values: Sequence[float]) -> float:
+    """Sample standard deviation of ``values``; nan with fewer than two."""
+    return float(statistics.stdev(values)) if len(values) > 1 else float("nan")
+
+
+def seeds_in(table: Any) -> list[int]:
+    """The sorted seeds that have rows in the tidy ``table``."""
+    return sorted({int(s) for s in table["seed"]})
+
+
+def failed_units(results: list[dict[str, Any]]) -> list[Any]:
+    """The units of the runner's ``results`` whose status is not ``ok``."""
+    from actlab.train.loop import STATUS_OK
+
+    return [r["unit"] for r in results if r["status"] != STATUS_OK]
 
 
 def finite_median(values: Any) -> float | None:

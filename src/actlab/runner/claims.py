@@ -95,3 +95,8 @@ def largest_gap(*pairs: tuple[Iterable[float], Iterable[float]]) -> float:
     gaps = [abs(float(a) - float(b)) for measured, published in pairs
             for a, b in zip(measured, published, strict=True)]
     return max((g if g == g else math.inf for g in gaps), default=0.0)
+
+
+def fmt_or_na(value: float | None, digits: int = 3) -> str:
+    """``value`` to ``digits`` significant digits, ``"n/a"`` when missing or not finite."""
+    return "n/a" if value is None or not math.isfinite(value) else f"{value:.{digits}g}"
