@@ -105,7 +105,7 @@ def _claim_calls(path: Path) -> list[ast.Call]:
 
 def test_every_claim_site_of_the_experiments_names_an_id():
     folder = Path(actlab.experiments.__file__).parent
-    sites = {p.name: _claim_calls(p) for p in sorted(folder.glob("*.py"))}
+    sites = {str(p.relative_to(folder)): _claim_calls(p) for p in sorted(folder.rglob("*.py"))}
     assert sum(len(calls) for calls in sites.values()) >= 90
     for name, calls in sites.items():
         for call in calls:

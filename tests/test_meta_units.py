@@ -133,7 +133,7 @@ def test_experiments_never_move_tensors_themselves():
     root = Path(__file__).resolve().parent.parent / "src" / "actlab" / "experiments"
     move = re.compile(r"\.(cuda|cpu)\(|\.to\((?!dtype|torch\.(float|bfloat|double|long|int))"
                       r"(?![a-z_]*\.dtype)")
-    offenders = [f"{path.name}:{n}" for path in sorted(root.glob("*.py"))
+    offenders = [f"{path.relative_to(root)}:{n}" for path in sorted(root.rglob("*.py"))
                  for n, line in enumerate(path.read_text().splitlines(), start=1)
                  if move.search(line) and "numpy()" not in line]
     assert not offenders, offenders

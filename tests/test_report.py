@@ -215,8 +215,9 @@ def test_index_uses_the_declared_headline_figure_and_falls_back_to_the_first(tmp
 def test_every_declared_headline_figure_is_one_the_experiment_saves():
     from actlab.runner.experiment import list_experiments
 
-    source = "".join(p.read_text() for p in
-                     (Path(__file__).resolve().parents[1] / "src/actlab/experiments").glob("*.py"))
+    src = Path(__file__).resolve().parents[1] / "src/actlab"
+    source = "".join(p.read_text() for folder in ("experiments", "recipes")
+                     for p in sorted((src / folder).rglob("*.py")))
     saved = re.findall(r'save_figure\(fig, f?"([^"]+)"\)', source)
     patterns = [re.compile(re.sub(r"\\\{[^}]*\\\}", ".+", re.escape(s)) + "$") for s in saved]
     declared = {n: c.headline_figure for n, c in list_experiments().items()
