@@ -189,18 +189,26 @@ def rebuild_references() -> dict[str, Any]:
 
 
 def collect_quick(root: Path) -> None:
-    """Write every claim of a quick reproduction (value, verdict, commit) to QUICK_CLAIMS."""
-    claims: dict[str, Any] = {}
-    commits = set()
-    for path in sorted(root.glob("*/quick/claims.json")):
-        env = json.loads((path.parent / "env.json").read_text())
+    """Write every claim of a quick reproduction (value, verdict, commit) to QUICK_CLAIMS.
+
+    The experiments found under ``root`` replace their own claims; the claims of the
+    others are kept, so a quick run of one new or changed experiment updates just its rows.
+    """
+    path = RESULTS / QUICK_CLAIMS
+    old = json.loads(path.read_text()) if path.exists() else {"commits": [], "claims": {}}
+    runs = sorted(root.glob("*/quick/claims.json"))
+    replaced = {p.parent.parent.name for p in runs}
+    claims = {k: v for k, v in old["claims"].items() if k.split("/", 1)[0] not in replaced}
+    commits = set(old["commits"]) if claims else set()
+    for run in runs:
+        env = json.loads((run.parent / "env.json").read_text())
         commits.add(env.get("git", {}).get("commit"))
-        for claim in json.loads(path.read_text()):
+        for claim in json.loads(run.read_text()):
             claims[claim["id"]] = {k: claim.get(k) for k in ("value", "held", "measured", "claim",
                                                             "reference", "source")}
     record = {"commits": sorted(c for c in commits if c), "claims": claims}
-    (RESULTS / QUICK_CLAIMS).write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
-    print(f"  quick: {len(claims)} claims")
+    path.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
+    print(f"  quick: {len(claims)} claims ({len(replaced)} experiment(s) replaced)")
 
 
 def main() -> None:
