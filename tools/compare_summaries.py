@@ -51,15 +51,18 @@ def summaries(root: Path) -> dict[str, Path]:
     return {str(p.parent.relative_to(root)): p for p in sorted(root.rglob("summary.json"))}
 
 
+def compare_keys(before: Path, after: Path, only: list[str] | None = None) -> list[str]:
+    """The run folders compared: those of either side, restricted to the experiments ``only``."""
+    keys = sorted(set(summaries(before)) | set(summaries(after)))
+    return [k for k in keys if k.split("/")[0] in only] if only else keys
+
+
 def compare(before: Path, after: Path, *, rtol: float = 1e-6, atol: float = 1e-12,
             only: list[str] | None = None) -> list[str]:
     """Every difference between the summaries under ``before`` and ``after``."""
     a, b = summaries(before), summaries(after)
-    keys = sorted(set(a) | set(b))
-    if only:
-        keys = [k for k in keys if k.split("/")[0] in only]
     out: list[str] = []
-    for key in keys:
+    for key in compare_keys(before, after, only):
         if key not in a or key not in b:
             out.append(f"{key}: summary only in {'before' if key in a else 'after'}")
             continue
@@ -75,12 +78,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("after", type=Path)
     parser.add_argument("--rtol", type=float, default=1e-6)
     parser.add_argument("--atol", type=float, default=1e-12)
-    parser.add_argument("--only", nargs="*", help="experiment names to compare")
+    parser.add_argument("--only", nargs="*", help="experiment names to compare (A B or A,B)")
     args = parser.parse_args(argv)
-    diffs = compare(args.before, args.after, rtol=args.rtol, atol=args.atol, only=args.only)
+    only = [n for item in args.only or [] for n in item.split(",") if n] or None
+    diffs = compare(args.before, args.after, rtol=args.rtol, atol=args.atol, only=only)
     for line in diffs:
         print(line)
-    n = len(summaries(args.before))
+    n = len(compare_keys(args.before, args.after, only))
     print(f"{len(diffs)} difference(s) over {n} summaries", file=sys.stderr)
     return 1 if diffs else 0
 
