@@ -5,8 +5,9 @@
 Both directories are ``actlab reproduce --out`` folders (``<experiment>/<name>/summary.json``)
 or single run folders. Every number is compared to ``rtol`` relative (``atol`` for values near
 zero); strings, booleans and list lengths must be equal. Keys that measure the clock (their
-name contains ``seconds``, ``time``, ``ms_per``, ``speed``, ``throughput`` or ``wall``, and
-everything below such a key) are skipped. Prints one line per difference and exits 1 if any.
+name contains ``seconds``, ``time``, ``ms_per``, ``per_s``, ``speed``, ``throughput`` or
+``wall``, ends in ``_s``, or is a timed ratio or spread; everything below such a key) are
+skipped. Prints one line per difference and exits 1 if any.
 """
 
 from __future__ import annotations
@@ -19,7 +20,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-CLOCK = re.compile(r"seconds|time|ms_per|speed|throughput|wall|elapsed", re.IGNORECASE)
+# Keys that hold wall-clock measurements (and the ratios and spreads made of them).
+CLOCK = re.compile(r"seconds|time|ms_per|speed|throughput|wall|elapsed|per_s|_s$"
+                   r"|ratio_to_layernorm|ratio_noise|seed_spread", re.IGNORECASE)
 
 
 def _differences(a: Any, b: Any, path: str, rtol: float, atol: float) -> list[str]:
