@@ -151,7 +151,10 @@ def bench_shape(shape: tuple[int, ...], q: float, repeats: int, inner: int, path
 def bench_training(steps: int, emit: Callable[[str], None]) -> dict[str, float]:
     """The accumulation-stop experiment's measurement: steps/s after warm-up with Percentile
     Centering frozen, over LayerNorm's, per model, with the ratio's noise."""
-    from actlab.train.classify import TrainSettings, build_classifier, load_image_data, train
+    from actlab.data.images import load_image_data
+    from actlab.nn.classifiers import build_classifier
+    from actlab.train.settings import TrainSettings
+    from actlab.train.supervised import train
 
     data = load_image_data()
     warmup = max(steps // 5, 1)

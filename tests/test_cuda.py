@@ -227,7 +227,7 @@ def test_compiled_language_model_training_matches_eager_to_bf16_tolerance():
     import numpy as np
 
     from actlab.data.text import TextCorpus
-    from actlab.train.lm import LMScale, train_gpt
+    from actlab.recipes.language_model import LMScale, train_gpt
     from actlab.train.placement import on_device
 
     text = np.frombuffer(("def f(x):\n    return x * 2\n" * 400).encode(), dtype=np.uint8)
@@ -343,8 +343,7 @@ def test_a_new_batch_shape_records_a_second_graph_and_still_equals_eager():
 def test_teacher_student_on_cuda_graphed_equals_eager():
     # The experiment's own training path (EnsembleTrainer.fit with its callbacks) with
     # cuda_graphs on and off: the logged evaluation losses agree.
-    from actlab.experiments._ts_common import ModelSettings
-    from actlab.experiments._ts_train import train_students
+    from actlab.recipes.teacher_student import ModelSettings, train_students
     from actlab.train.placement import on_device
 
     runs = {}

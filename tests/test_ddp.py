@@ -1,4 +1,5 @@
-"""``torchrun --nproc_per_node 2 -m actlab.train.lm`` (gloo, CPU) matches one process.
+"""``torchrun --nproc_per_node 2 -m actlab.recipes.language_model`` (gloo, CPU) matches one
+process.
 
 The runs are in float64: the gradient of the attention key biases is zero in exact arithmetic
 (softmax ignores a constant added to every score), so in float32 it is pure rounding noise,
@@ -17,7 +18,7 @@ import torch
 from safetensors.torch import load_file
 
 from actlab.nn.gpt import GPT, GPTConfig
-from actlab.train.lm import main
+from actlab.recipes.language_model import main
 
 ARGS = ["--steps", "3", "--batch-size", "8", "--block-size", "16", "--n-layer", "2",
         "--n-head", "2", "--n-embd", "16", "--warmup", "1", "--lr", "1e-2", "--eval-every", "3",
@@ -40,7 +41,7 @@ def test_two_gloo_processes_reach_the_parameters_of_one(tmp_path, monkeypatch) -
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     proc = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-         "-m", "actlab.train.lm", *data, *ARGS, "--out", str(tmp_path / "two")],
+         "-m", "actlab.recipes.language_model", *data, *ARGS, "--out", str(tmp_path / "two")],
         env=env, capture_output=True, text=True, timeout=180)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "world size 2 on cpu" in proc.stdout

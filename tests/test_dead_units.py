@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
 from actlab.data.spirals import data_seed, two_spirals
 from actlab.experiments.dead_units import DeadUnitsExperiment, dead_shares
 from actlab.nn.deep_mlp import deep_mlp
-from actlab.train.binary import train_binary_sgd
+from actlab.recipes.spirals import train_binary_sgd
+from actlab.runner.config import build_config
+from actlab.runner.experiment import UnitContext
 
 
 def test_dead_shares_on_a_hand_built_layer():
@@ -60,3 +64,46 @@ def test_fresh_deep_stack_has_dead_units_and_one_batch_overstates():
     assert 0.05 < shares["total"] < 0.6  # the handbook: 22.7%
     assert shares["per_layer"][0] == 0.0  # first layer reads the data, which spans all angles
     assert all(b >= f for b, f in zip(shares["per_layer_batch"], shares["per_layer"]))
+
+
+def _rows_by_key(rows) -> dict:
+    return {row[:5]: row[5] for row in rows}
+
+
+def _assert_rows_close(a: dict, b: dict) -> None:
+    assert a.keys() == b.keys()
+    for key, value in a.items():
+        other = b[key]
+        assert (math.isnan(value) and math.isnan(other)) or other == pytest.approx(
+            value, rel=1e-12, abs=1e-15), key
+
+
+def test_dead_units_unit_of_all_seeds_equals_units_of_one_seed(tmp_path):
+    exp = DeadUnitsExperiment()
+    assert exp.seeds_per_unit is None
+    config = build_config(exp.Config, {"epochs": 3, "hidden": 32})
+    ctx = UnitContext(workdir=tmp_path)
+    unit = {"part": "shallow", "run": "relu-lr4"}
+    together = exp.run_unit(config, unit, [0, 1], ctx)
+    alone = [exp.run_unit(config, unit, [s], ctx) for s in (0, 1)]
+    rows = _rows_by_key(together.rows)
+    _assert_rows_close(rows, _rows_by_key(alone[0].rows + alone[1].rows))
+    # every epoch 0..3 has its dead share and cost for both seeds
+    for seed in (0, 1):
+        for epoch in range(4):
+            assert 0.0 <= rows[("relu-lr4", seed, epoch, "", "dead_share")] <= 1.0
+            assert math.isfinite(rows[("relu-lr4", seed, epoch, "", "cost")])
+
+
+@pytest.mark.parametrize("overrides, message", [
+    ({"hidden": 0}, "hidden: must be >= 1, got 0"),
+    ({"lr_large": -1.0}, "lr_large: must be > 0, got -1.0"),
+    ({"input_scale": "unti"}, "input_scale: must be one of unit, radius, got 'unti'; did you "
+                              "mean unit?"),
+    ({"batch_size": 400}, r"batch_size: must be <= n_train \(300\)"),
+])
+def test_config_errors_name_the_field(overrides, message):
+    from actlab.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=message):
+        DeadUnitsExperiment.Config(**overrides)

@@ -9,18 +9,22 @@ from pathlib import Path
 import pytest
 import torch
 
+from actlab.data.spirals import data_seed
 from actlab.errors import ConfigError
 from actlab.experiments.init_study import (
     CONFIGURATIONS,
     InitStudyExperiment,
     build_model,
+    spiral_sets,
+)
+from actlab.experiments.init_study.summary import (
     classify_late_cost,
     configuration_verdict,
     late_cost,
-    spiral_sets,
-    train_binary_sgd,
 )
+from actlab.recipes.spirals import train_binary_sgd
 from actlab.runner.config import build_config
+from actlab.runner.experiment import UnitContext
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _inline_run import run_inline  # noqa: E402
@@ -66,8 +70,14 @@ def test_ten_configurations_with_the_published_names():
 def test_unknown_configuration_is_a_config_error_with_suggestion():
     with pytest.raises(ConfigError, match="relu-he"):
         build_config(InitStudyExperiment.Config, {"configurations": "relu-hee"})
-    with pytest.raises(ConfigError, match="late_window"):
+    with pytest.raises(ConfigError, match=r"late_window: must be <= epochs \(5\)"):
         build_config(InitStudyExperiment.Config, {"epochs": 5, "late_window": 6})
+    with pytest.raises(ConfigError, match="configurations: needs at least one value"):
+        InitStudyExperiment.Config(configurations=())
+    with pytest.raises(ConfigError, match="lr: must be > 0, got 0.0"):
+        InitStudyExperiment.Config(lr=0.0)
+    with pytest.raises(ConfigError, match="input_scale: must be one of unit, radius"):
+        InitStudyExperiment.Config(input_scale="radial")
 
 
 def _run(exp, config, seeds, tmp_path):
@@ -141,3 +151,43 @@ def test_gradient_norms_before_training_follow_the_depth_rule():
     assert 6.0**-10 / 10 < first["relu-default"] / he < 10 * 6.0**-10
     assert 2.0**10 / 3 < first["relu-1.41he"] / he < 3 * 2.0**10
     assert first["sigmoid-xavier"] < 1e-12  # the handbook: 7.35e-14
+
+
+def _rows_by_key(rows) -> dict:
+    return {row[:5]: row[5] for row in rows}
+
+
+def _assert_rows_close(a: dict, b: dict) -> None:
+    assert a.keys() == b.keys()
+    for key, value in a.items():
+        other = b[key]
+        assert (math.isnan(value) and math.isnan(other)) or other == pytest.approx(
+            value, rel=1e-12, abs=1e-15), key
+
+
+def test_init_study_unit_of_all_seeds_equals_units_of_one_seed(tmp_path):
+    exp = InitStudyExperiment()
+    assert exp.seeds_per_unit is None  # the runner hands all seeds to one unit
+    config = build_config(exp.Config, {"configurations": "relu-1.41he,tanh-xavier",
+                                       "n_train": 40, "n_test": 40, "epochs": 2,
+                                       "late_window": 1})
+    ctx = UnitContext(workdir=tmp_path)
+    for unit in exp.units(config):
+        together = exp.run_unit(config, unit, [0, 1], ctx)
+        alone = [exp.run_unit(config, unit, [s], ctx) for s in (0, 1)]
+        _assert_rows_close(_rows_by_key(together.rows),
+                           _rows_by_key(alone[0].rows + alone[1].rows))
+        # rows come seed by seed, as the loop wrote them
+        assert [r[1] for r in together.rows] == sorted(r[1] for r in together.rows)
+        if unit["configuration"] == "relu-1.41he":  # every seed overflows: a failure is data
+            assert together.status == "diverged" and "[0, 1]" in together.error
+        else:
+            assert together.status == "ok" and together.error is None
+    # a member of the ensemble trains as its loop run does (the reference)
+    model = build_model(config, "tanh-xavier", 1)
+    (x, y), _ = spiral_sets(config, 1)
+    run = train_binary_sgd(model, x, y, lr=config.lr, batch_size=config.batch_size, epochs=2,
+                           seed=data_seed(1, 2))
+    rows = _rows_by_key(together.rows)
+    for epoch, cost in enumerate(run.costs):
+        assert rows[("tanh-xavier", 1, epoch, "", "cost")] == pytest.approx(cost, rel=1e-12)

@@ -7,7 +7,8 @@ import json
 import pytest
 
 from actlab.errors import ConfigError
-from actlab.experiments.gated_ffn import GatedFFNConfig, GatedFFNExperiment, _select
+from actlab.experiments.gated_ffn import GatedFFNConfig, GatedFFNExperiment
+from actlab.experiments.gated_ffn.summary import select
 from actlab.experiments.lm_shift import LMShiftConfig, LMShiftExperiment
 from actlab.experiments.spikes import SpikesExperiment
 from actlab.runner.driver import RunOptions, run_experiment
@@ -104,11 +105,11 @@ def test_gated_ffn_selection_rule() -> None:
 
     clear_win = {"gelu": variant(3.0, 0.01, 100, 10), "swiglu": variant(2.9, 0.01, 90, 11),
                  "geglu": variant(2.8, 0.01, 50, 11)}  # geglu too slow: not eligible
-    chosen = _select(clear_win, config)
+    chosen = select(clear_win, config)
     assert chosen["eligible"] == ["gelu", "swiglu"] and chosen["selected"] == "swiglu"
     within_noise = {"gelu": variant(3.0, 0.05, 100, 10), "swiglu": variant(2.98, 0.01, 90, 11),
                     "geglu": variant(2.9, 0.01, 95, 11, failed=1)}
-    chosen = _select(within_noise, config)
+    chosen = select(within_noise, config)
     assert chosen["best_eligible"] == "swiglu" and chosen["selected"] == "gelu"
     assert not chosen["baseline_replaced"]
 

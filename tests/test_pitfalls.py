@@ -10,11 +10,11 @@ from actlab.experiments.pitfalls import (
     PitfallsConfig,
     constant_start,
     default_linear_scale,
-    expected_relations,
     uniform_bound_as_std,
     variance_vs_second_moment,
     wrong_fan_in_axis,
 )
+from actlab.experiments.pitfalls.claims import expected_relations
 
 
 def test_uniform_bound_as_std_is_three_to_the_depth_exactly():
@@ -68,3 +68,12 @@ def test_relations_fail_for_wrong_numbers():
                constant_start=dict(good["constant_start"], max_row_difference=0.1))
     relations = expected_relations(bad)
     assert not relations["uniform_bound_as_std"][1] and not relations["constant_start"][1]
+
+
+def test_config_errors_name_the_field():
+    from actlab.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="epochs: must be >= 1, got 0"):
+        PitfallsConfig(epochs=0)
+    with pytest.raises(ConfigError, match="lr: must be > 0, got -0.1"):
+        PitfallsConfig(lr=-0.1)

@@ -82,7 +82,7 @@ def test_trainer_uses_the_settings_device_or_else_the_units():
 
 
 def test_language_models_compile_on_cuda_only_unless_told():
-    from actlab.train.lm import LMScale
+    from actlab.recipes.language_model import LMScale
 
     scale = LMScale(steps=10, warmup=2)
     assert scale.compiles() is False and scale.train_config().compile is False

@@ -109,12 +109,3 @@ def test_pretrained_profile_records_the_shared_profile_metrics(tmp_path) -> None
     assert summary["down_proj_input_range"]["2"] == layer["down_input_range"]
     assert len(summary["massive_ratios"]) == 6 and min(summary["massive_ratios"]) > 1
 
-
-def test_experiment_module_keeps_the_helper_names() -> None:
-    import actlab.hf as hf
-    from actlab.experiments import pretrained_profile
-
-    for name in ("THRESHOLDS", "default_model_path", "load_hf_model", "mlp_sites",
-                 "transformer_blocks", "encode_each", "mean_pooled", "sentence_embeddings"):
-        assert getattr(pretrained_profile, name) is getattr(hf, name), name
-    assert pretrained_profile.profile is layer_profile  # moved to actlab.profile

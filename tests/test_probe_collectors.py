@@ -143,10 +143,10 @@ def test_measure_once_matches_brute_force_and_restores_mode() -> None:
 
 
 def test_training_one_shot_passes_match_hook_captures() -> None:
-    """train.classify.activation_statistics and train.lm.probe_forward (both measure_once
-    now) against statistics computed from our own hook captures."""
-    from actlab.train.classify import activation_statistics
-    from actlab.train.lm import probe_forward
+    """The recipes' activation_statistics and probe_forward (both measure_once now) against
+    statistics computed from our own hook captures."""
+    from actlab.recipes.image_classifier import activation_statistics
+    from actlab.recipes.language_model import probe_forward
 
     model = _mlp()
     x = torch.randn(40, 5)

@@ -12,8 +12,10 @@ import pandas as pd
 import pytest
 import torch
 
+from actlab.activations.spec import theory_shift
+from actlab.analysis import crossover_steps, log_steps, overshoot
 from actlab.errors import ConfigError
-from actlab.experiments import _ts_common as ts
+from actlab.recipes.teacher_student import ModelSettings, train_students
 from actlab.runner.config import build_config
 from actlab.runner.experiment import get_experiment
 
@@ -37,28 +39,28 @@ def _run(name: str, overrides: dict, seeds: list[int], tmp_path):
 def test_table1_theory_shifts_match_published_values():
     published = {"relu": 0.230, "gelu": 0.115, "silu": 0.077, "sigmoid": 0.500, "tanh": 0.0}
     for name, value in published.items():
-        assert abs(ts.theory_shift(name) - value) < 5e-4, name
+        assert abs(theory_shift(name) - value) < 5e-4, name
 
 
 def test_theory_angle_matches_table2_at_k1():
-    from actlab.experiments.teacher_student import Config, _theory_angles
+    from actlab.experiments.teacher_student import Config, theory_angles
 
     config = build_config(Config, {"m": 200, "activations": ["relu"], "angle_steps": [1]})
-    assert abs(_theory_angles("relu", config)[1] - 77.45) < 0.01  # Table 2, theory column
+    assert abs(theory_angles("relu", config)[1] - 77.45) < 0.01  # Table 2, theory column
 
 
 def test_students_share_init_and_batches_and_seeds_are_independent():
-    settings = ts.ModelSettings(**TINY)
+    settings = ModelSettings(**TINY)
     conditions = {"unshifted": "relu:shift=0", "shifted": "relu:shift=theory"}
-    pair = ts.train_students(settings, "relu", conditions, [1, 3], checkpoint_seed_index=1,
-                             angle_steps=[1])
+    pair = train_students(settings, "relu", conditions, [1, 3], checkpoint_seed_index=1,
+                          angle_steps=[1])
     start = {c: pair.checkpoints[c][0] for c in conditions}
     assert torch.equal(start["unshifted"], start["shifted"])  # identical initial parameters
     assert not torch.equal(pair.checkpoints["unshifted"][-1], pair.checkpoints["shifted"][-1])
     # Same init, different activations: the step-0 gradients differ, at an angle in (0, 90)
     assert 0 < pair.grad_angles[1][0] < 90
     # Seed 3 trained alone gets exactly the same data and result (per-seed generators)
-    alone = ts.train_students(settings, "relu", conditions, [3])
+    alone = train_students(settings, "relu", conditions, [3])
     for c in conditions:
         np.testing.assert_allclose(alone.eval_loss[c][0], pair.eval_loss[c][1], rtol=1e-5)
     assert np.all(np.isfinite(pair.eval_loss["shifted"]))
@@ -66,8 +68,8 @@ def test_students_share_init_and_batches_and_seeds_are_independent():
 
 
 def test_diverging_run_is_recorded_not_raised():
-    settings = ts.ModelSettings(**{**TINY, "optimizer": "sgd", "lr": 1e12, "steps": 10})
-    run = ts.train_students(settings, "relu", {"a": "relu:shift=0", "b": "relu:shift=0.2"}, [0])
+    settings = ModelSettings(**{**TINY, "optimizer": "sgd", "lr": 1e12, "steps": 10})
+    run = train_students(settings, "relu", {"a": "relu:shift=0", "b": "relu:shift=0.2"}, [0])
     assert run.diverged["a"].all() and run.diverged["b"].all()
     assert np.isnan(run.eval_loss["a"][0, -1])
 
@@ -76,12 +78,12 @@ def test_summary_helpers_on_hand_made_curves():
     steps = [0, 10, 20, 30, 40]
     u = pd.DataFrame({0: [1.0, 0.5, 0.4, 0.35, 0.3], 1: [1.0, 0.5, 0.4, 0.3, 0.2]}, index=steps)
     s = pd.DataFrame({0: [1.0, 0.7, 0.3, 0.45, 0.2], 1: [1.0, 0.6, 0.5, 0.4, 0.3]}, index=steps)
-    crossings = ts.crossover_steps(u, s)
+    crossings = crossover_steps(u, s)
     assert crossings[0] == 40  # below at 20, above again at 30, below from 40 on
     assert math.isnan(crossings[1])  # never ends lower
     h = pd.DataFrame({0: [0.0, 2.0, 1.0, 1.0, 1.0]}, index=steps)
-    assert ts.overshoot(h)[0] == 1.0
-    assert ts.log_steps(100, 10, also=[5])[:2] == [0, 1] and 5 in ts.log_steps(100, 10, also=[5])
+    assert overshoot(h)[0] == 1.0
+    assert log_steps(100, 10, also=[5])[:2] == [0, 1] and 5 in log_steps(100, 10, also=[5])
 
 
 def test_teacher_student_experiment_end_to_end(tmp_path):

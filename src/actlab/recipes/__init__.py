@@ -1,1 +1,16 @@
-"""Reusable train-and-measure recipes, one file each (e.g. :mod:`actlab.recipes.diffusion`)."""
+"""Reusable train-and-measure recipes, one file each, shared by the experiments and usable on
+their own.
+
+- :mod:`~actlab.recipes.teacher_student`: paired unshifted/shifted students of one teacher,
+  trained as one ensemble, with block statistics, gradient angles and landscapes.
+- :mod:`~actlab.recipes.image_classifier`: MLP / ResNet / ViT on digits or CIFAR-10, trained
+  and measured (activation statistics after training).
+- :mod:`~actlab.recipes.spirals`: the handbook's plain binary SGD on the two spirals, one
+  model or all seeds as one ensemble through ``EnsembleTrainer.fit``.
+- :mod:`~actlab.recipes.language_model`: GPT on a text corpus (``train_gpt``, ``LMScale``,
+  the probe forward pass, a ``torchrun`` entry point).
+- :mod:`~actlab.recipes.autoencoder`: the VGG-style autoencoder and its bias-component
+  measurements.
+- :mod:`~actlab.recipes.drift_mlp`: a bias-free MLP trained with its weight drift recorded.
+- :mod:`~actlab.recipes.diffusion`: DiT training, sampling and FID.
+"""

@@ -1,8 +1,8 @@
 """The experiment contract every actlab experiment implements.
 
 An experiment is a subclass of :class:`Experiment`, decorated with :func:`register`,
-living in a module of ``actlab.experiments`` (modules there are discovered
-automatically). The runner splits an experiment into *units of work*: one entry of
+living in a package of ``actlab.experiments`` (packages there are discovered
+automatically; see that package's docstring for their shape). The runner splits an experiment into *units of work*: one entry of
 ``units(config)`` times a group of seeds (``seeds_per_unit``; ``None`` puts all seeds
 in one unit so that a vmapped ensemble trains them together). Each unit returns a
 :class:`UnitResult` that the runner saves atomically as soon as it ends, so a sweep can
@@ -122,7 +122,7 @@ class Experiment:
 
     name: ClassVar[str] = ""
     description: ClassVar[str] = ""
-    Config: ClassVar[type] = object  # a dataclass whose __post_init__ raises ConfigError
+    Config: ClassVar[type] = object  # a dataclass (a CheckedConfig: checks as field metadata)
     quick: ClassVar[dict[str, Any]] = {}  # field overrides for --quick
     full: ClassVar[dict[str, Any]] = {}  # field overrides for --full
     default_seeds: ClassVar[int] = 3
@@ -178,13 +178,13 @@ def _discover() -> None:
     import actlab.experiments as package
 
     for info in pkgutil.iter_modules(package.__path__):
-        if not info.name.startswith("_"):
+        if info.ispkg and not info.name.startswith("_"):
             importlib.import_module(f"actlab.experiments.{info.name}")
     _DISCOVERED = True
 
 
 def list_experiments() -> dict[str, type[Experiment]]:
-    """All registered experiments by name (discovers ``actlab.experiments`` modules)."""
+    """All registered experiments by name (discovers ``actlab.experiments`` packages)."""
     _discover()
     return dict(sorted(_REGISTRY.items()))
 

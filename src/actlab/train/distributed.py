@@ -1,10 +1,11 @@
 """Data-parallel training helpers: process-group setup, DDP wrapping, reductions.
 
-Launch with ``torchrun --nproc_per_node N -m actlab.train.lm ...``: torchrun sets ``RANK``,
-``WORLD_SIZE``, ``LOCAL_RANK`` and the rendezvous address, and :func:`init_distributed` picks
-``gloo`` on CPU and ``nccl`` on CUDA. Without those variables everything runs in one process
-and every helper here is a no-op. Tests and notebooks may pass ``rank``, ``world_size`` and
-an ``init_method`` (e.g. ``file://...``) instead of environment variables.
+Launch with ``torchrun --nproc_per_node N -m actlab.recipes.language_model ...``: torchrun
+sets ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK`` and the rendezvous address, and
+:func:`init_distributed` picks ``gloo`` on CPU and ``nccl`` on CUDA. Without those variables
+everything runs in one process and every helper here is a no-op. Tests and notebooks may
+pass ``rank``, ``world_size`` and an ``init_method`` (e.g. ``file://...``) instead of
+environment variables.
 """
 
 from __future__ import annotations

@@ -4,17 +4,15 @@
 over ``(x, y)`` in seeded epochs (:class:`~actlab.data.sampling.EpochBatches`), with the loss
 ``settings.loss`` names (:mod:`actlab.train.losses`), and stops, recording the run as
 ``diverged``, at the first non-finite loss instead of raising. :func:`evaluate` reports loss
-and accuracy; :func:`activation_statistics` measures each activation site's share of
-negative inputs and of (near-)zero outputs with :class:`actlab.Probe`.
+and accuracy. Measuring a trained classifier's activations is the image classifier recipe's
+(:mod:`actlab.recipes.image_classifier`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-import math
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
 
 import torch
 from torch import Tensor, nn
@@ -26,8 +24,7 @@ from actlab.train.losses import canonical_loss, get_loss
 from actlab.train.placement import to_model_device
 from actlab.train.settings import TrainSettings
 
-__all__ = ["STATUS_DIVERGED", "STATUS_OK", "FitOutcome", "TrainResult", "activation_statistics",
-           "evaluate", "fit_and_measure", "torch_threads", "train"]
+__all__ = ["STATUS_DIVERGED", "STATUS_OK", "TrainResult", "evaluate", "torch_threads", "train"]
 
 
 @contextlib.contextmanager
@@ -116,65 +113,3 @@ def evaluate(model: nn.Module, x: Tensor, y: Tensor, *, loss: str = "cross_entro
     if name == "cross_entropy":
         metrics["accuracy"] = correct / n
     return metrics
-
-
-@torch.no_grad()
-def activation_statistics(model: nn.Module, x: Tensor, *, batch_size: int = 512,
-                          metrics: tuple[str, ...] = ("preact_neg_frac", "sparsity"),
-                          eval_mode: bool = True) -> dict[str, dict[str, float]]:
-    """Per activation site, the probe's ``metrics`` pooled over all of ``x``, plus ``"mean"``.
-
-    ``preact_neg_frac`` is the share of negative activation inputs, ``sparsity`` the share of
-    outputs with ``|a| < 1e-7`` (seed 003 App. D.1). ``"mean"`` averages the sites. Runs in
-    eval mode unless ``eval_mode=False``; the model's mode is restored.
-    """
-    from actlab.probe.measure import measure_once
-
-    was_training = model.training
-    model.train(not eval_mode)
-    try:
-        batches = (to_model_device(model, x[start:start + batch_size])
-                   for start in range(0, len(x), batch_size))
-        table = measure_once(model, batches, metrics=metrics)
-    finally:
-        model.train(was_training)
-    stats: dict[str, dict[str, float]] = {}
-    for row in table.itertuples():
-        stats.setdefault(row.layer, {})[row.metric] = float(row.value)
-    if stats:
-        stats["mean"] = {m: float(sum(s[m] for s in stats.values() if m in s) /
-                                  max(1, sum(m in s for s in stats.values()))) for m in metrics}
-    return stats
-
-
-@dataclass
-class FitOutcome:
-    """What :func:`fit_and_measure` found: accuracy and activation statistics on the test set."""
-
-    status: str
-    accuracy: float
-    neg_frac: float
-    sparsity: float
-    steps: int
-    seconds: float
-    final_loss: float
-
-
-def fit_and_measure(model: nn.Module, data, settings: TrainSettings, *, seed: int,
-                    progress: Callable[..., Iterable] | None = None) -> FitOutcome:
-    """Train ``model`` on ``data``'s training split, then measure test accuracy and the mean
-    over activation sites of the negative-input share and the sparsity (eval mode).
-
-    A diverged run returns ``status="diverged"`` with ``nan`` measurements.
-    """
-    torch.manual_seed(seed)  # noise inside activations (noisy_relu)
-    result = train(model, data.x_train, data.y_train, settings,
-                   generator=torch.Generator().manual_seed(seed), progress=progress)
-    if result.status != STATUS_OK:
-        return FitOutcome(result.status, math.nan, math.nan, math.nan, result.steps,
-                          result.seconds, math.nan)
-    accuracy = evaluate(model, data.x_test, data.y_test)["accuracy"]
-    stats = activation_statistics(model, data.x_test).get("mean", {})
-    return FitOutcome(STATUS_OK, accuracy, stats.get("preact_neg_frac", math.nan),
-                      stats.get("sparsity", math.nan), result.steps, result.seconds,
-                      result.final_loss)

@@ -1,0 +1,54 @@
+"""Figures of the ``drift`` experiment: per-layer trajectories and the optimizer sweep."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import pandas as pd
+
+from actlab.experiments.drift.summary import DriftRun, runs_of
+from actlab.plotting import pyplot
+from actlab.probe.plots import plot_layer_means
+from actlab.recipes.drift_mlp import later_drift_z
+
+if TYPE_CHECKING:
+    from actlab.experiments.drift import DriftConfig
+    from actlab.runner.experiment import RunContext
+
+
+def draw_figures(config: DriftConfig, table: pd.DataFrame, sweep_keys: list[DriftRun],
+                 ctx: RunContext) -> None:
+    """Per-layer trajectories per condition, and the drift Z-score of the sweep points."""
+    runs = runs_of(table)
+    plt = pyplot()
+    for cond in ("main", "default-init", "skip", "digits"):
+        acts = [a for a in config.activations if DriftRun(cond, a).name in runs]
+        if not acts:
+            continue
+        fig, axes = plt.subplots(3, len(acts), figsize=(3.2 * len(acts), 8), squeeze=False)
+        for j, act in enumerate(acts):
+            for i, metric in enumerate(("weight_mean", "preact_grad_mean", "sparsity")):
+                plot_layer_means(axes[i, j], runs[DriftRun(cond, act).name], metric,
+                                 relative=metric == "weight_mean")
+                shift = " shift" if metric == "weight_mean" else ""
+                axes[i, j].set_title(f"{act}: {metric}{shift}", fontsize=8)
+            axes[0, j].legend(fontsize=6)
+        fig.suptitle(f"drift, condition {cond}")
+        ctx.save_figure(fig, f"drift_{cond}")
+    keys = sorted(sweep_keys, key=lambda k: k.name)
+    ran = [k for k in keys if k.name in runs]
+    if ran:
+        # One panel per activation, so that each setting keeps one colour within a panel.
+        activations = sorted({k.activation for k in ran})
+        fig, axes = plt.subplots(1, len(activations), figsize=(5 * len(activations), 4),
+                                 sharey=True, squeeze=False)
+        for ax, act in zip(axes[0], activations):
+            for key in (k for k in ran if k.activation == act):
+                z = later_drift_z(runs[key.name], config.depth + 1)
+                curve = z.groupby("step")["value"].mean()
+                ax.plot(curve.index, curve.values, label=key.setting)
+            ax.set_title(act, fontsize=9)
+            ax.set_xlabel("step")
+            ax.legend(fontsize=7)
+        axes[0, 0].set_ylabel(f"drift Z-score (layers 2..{config.depth + 1})")
+        ctx.save_figure(fig, "drift_optimizers")

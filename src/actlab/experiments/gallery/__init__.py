@@ -1,0 +1,130 @@
+"""``gallery``: every activation and its derivative, and the theory tables next to published values.
+
+1. Figures of every registered activation and its derivative.
+2. Gaussian averages (mean, E f², E f'², gain) at unit variance for every elementwise
+   activation, and for the handbook's eight against its published four-decimal values.
+3. Theory shifts E f(z), z ~ N(0, 1/3), against Table 1 of the "Rethinking" paper.
+4. Fixed-point gains against ``torch.nn.init.calculate_gain``.
+5. The variance recursion against one measured random network per setting (the handbook's
+   "Checking the predictions": sigmoid + Xavier, ReLU + He, ReLU + Xavier, ReLU + 1.5·He).
+
+Everything is computed by :mod:`actlab.theory` and :mod:`actlab.init`; this package only
+arranges, compares and draws.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from actlab.errors import ConfigError
+from actlab.experiments.gallery.claims import NAME
+from actlab.experiments.gallery.claims import claims as gallery_claims
+from actlab.experiments.gallery.figures import draw_gallery_figures
+from actlab.experiments.gallery.summary import (
+    GAIN_NAMES,
+    PUBLISHED_SHIFTS,
+    RECURSION_FIELDS,
+    RECURSION_SETTINGS,
+    build_summary,
+    elementwise_activations,
+    print_tables,
+)
+from actlab.runner.experiment import (
+    Claim,
+    Experiment,
+    RunContext,
+    UnitContext,
+    UnitResult,
+    register,
+)
+from actlab.runner.fields import CheckedConfig, checked
+
+
+@dataclass
+class GalleryConfig(CheckedConfig):
+    """Settings of the gallery. ``width``, ``depth`` and ``n_examples`` shape the recursion check."""
+
+    q_shift: float = checked(1 / 3, gt=0)
+    depth: int = checked(20, ge=1)
+    width: int = checked(128, ge=1)
+    n_examples: int = checked(500, ge=1)
+    plot_range: float = checked(5.0, gt=0)
+
+    def check(self) -> None:
+        """``q_shift`` must also be finite (a bound alone lets infinity through)."""
+        if not math.isfinite(self.q_shift):
+            raise ConfigError("q_shift", f"must be a finite number > 0, got {self.q_shift}")
+
+
+def recursion_network(config: GalleryConfig, activation: str, scheme: str,
+                      multiplier: float) -> tuple[list[int], float, list[str]]:
+    """Widths, weight variances and activations of the recursion check (a linear output layer)."""
+    from actlab.init import weight_std
+
+    widths = [config.width] * (config.depth + 2)
+    variance = (multiplier * weight_std(scheme, config.width, config.width)) ** 2
+    return widths, variance, [activation] * config.depth + ["identity"]
+
+
+@register
+class GalleryExperiment(Experiment):
+    """Activation gallery and theory tables (Gaussian averages, shifts, gains, recursion)."""
+
+    name = NAME
+    headline_figure = "activations"
+    description = ("Every activation and its derivative; Gaussian averages, Table 1 shifts and "
+                   "gains vs published values; the variance recursion vs a measured network.")
+    host_only = "activation tables and a seeded Monte Carlo of the variance recursion"
+    Config = GalleryConfig
+    quick = {"n_examples": 200}
+    full = {"width": 512, "n_examples": 1000}
+    default_seeds = 1
+    seeds_per_unit = None
+
+    def run_unit(self, config: GalleryConfig, unit: dict, seeds: list[int],
+                 ctx: UnitContext) -> UnitResult:
+        """Compute every table; the seed draws the recursion check's random networks."""
+        from torch.nn.init import calculate_gain
+
+        from actlab.init import recommended_gain
+        from actlab.theory.gaussian import moments, shift
+        from actlab.theory.recursion import measure_variances, predict_variances
+
+        seed = seeds[0] if seeds else 0
+        result = UnitResult()
+        for spec in elementwise_activations():
+            for key, value in moments(spec).as_dict().items():
+                result.add(f"averages/{spec}", seed, 0, "", key, value)
+        for spec in PUBLISHED_SHIFTS:
+            result.add(f"shift/{spec}", seed, 0, "", "shift", shift(spec, config.q_shift))
+        for name in GAIN_NAMES:
+            result.add(f"gain/{name}", seed, 0, "", "fixed_point", recommended_gain(name))
+            result.add(f"gain/{name}", seed, 0, "", "torch", calculate_gain(name))
+        settings = ctx.progress(RECURSION_SETTINGS, desc="recursion")
+        for index, (label, activation, scheme, multiplier) in enumerate(settings):
+            widths, variance, activations = recursion_network(config, activation, scheme, multiplier)
+            predicted = predict_variances(widths, variance, activations)
+            generator = torch.Generator().manual_seed(seed * 1000 + index)
+            measured = measure_variances(widths, variance, activations,
+                                         n_examples=config.n_examples, generator=generator)
+            for kind, values in (("predicted", predicted), ("measured", measured)):
+                for field in RECURSION_FIELDS:
+                    for layer, value in enumerate(getattr(values, field), start=1):
+                        result.add(f"recursion/{label}", seed, 0, str(layer), f"{kind}_{field}",
+                                   value)
+        return result
+
+    def summarize(self, config: GalleryConfig, table, results: list[dict],
+                  ctx: RunContext) -> dict:
+        """Tables as nested dicts, headline comparisons, and the figures."""
+        summary = build_summary(config, table)
+        draw_gallery_figures(ctx, summary, table, config.plot_range)
+        print_tables(summary)
+        return summary
+
+    def claims(self, summary: dict) -> list[Claim]:
+        """Published values and the handbook's statements about the recursion example."""
+        return gallery_claims(summary)

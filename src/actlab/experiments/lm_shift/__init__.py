@@ -1,0 +1,125 @@
+"""``lm-shift``: adaptive shifting of the MLP activation in a small GPT (seed 000, §4.3, App. E).
+
+For each activation (gelu, relu) a GPT trains twice per seed from the same initialisation on
+the same batches: unshifted, and with ``:adaptive`` shifting (eq. 9: the mean over the
+hidden units is subtracted from every unit, per token). Recorded per condition and seed:
+training loss every ``log_every`` steps, validation loss every ``eval_every`` steps, and
+every ``probe_every`` steps the hidden-state mean of each block's output (the residual
+stream, averaged over all elements of a fixed set of validation windows, as in §2.2) and the
+activation mean of each MLP.
+
+Summary: the loss residual ``L_shifted - L_unshifted`` (paired by seed) at the end
+(``residual_final``) and at the first evaluation at or after ``early_fraction`` of training
+(``residual_early``), the final validation losses, and the hidden-state overshoot per block
+``max_t |h_t - h_0| - |h_T - h_0|`` (how far the trajectory went beyond where it ended).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from actlab.errors import ConfigError, config_check
+from actlab.experiments.lm_shift.claims import claims
+from actlab.experiments.lm_shift.figures import draw
+from actlab.experiments.lm_shift.summary import CONDITIONS, build_summary
+from actlab.nn.gpt import GPT
+from actlab.recipes.language_model import (
+    LMScale,
+    probe_forward,
+    probe_windows,
+    seeded_gpt,
+    train_and_record,
+)
+from actlab.runner.experiment import (
+    Claim,
+    Experiment,
+    RunContext,
+    UnitContext,
+    UnitResult,
+    register,
+)
+from actlab.runner.fields import checked
+from actlab.train.supervised import torch_threads
+
+
+@dataclass
+class LMShiftConfig(LMScale):
+    """Tiny-GPT scale plus the activations compared and the trajectory schedule."""
+
+    activations: list[str] = checked(default_factory=lambda: ["gelu", "relu"],
+                                     spec="activation", nonempty=True)
+    probe_every: int = checked(25, ge=1)
+    probe_batches: int = checked(2, ge=1)
+    early_fraction: float = checked(0.1, gt=0, lt=1)
+
+    def check(self) -> None:
+        """The scale's checks; plain activation names that also build shifted."""
+        super().check()
+        for spec in self.activations:
+            if ":" in spec:
+                raise ConfigError("activations", f"give plain names (the shift is added): {spec!r}")
+            config_check("activations", self.model_config, activation=f"{spec}:adaptive")
+
+
+@register
+class LMShiftExperiment(Experiment):
+    """Unshifted vs adaptively shifted MLP activations in a byte-level GPT."""
+
+    name = "lm-shift"
+    headline_figure = "loss_residual"
+    description = ("GPT on the stdlib corpus, gelu/relu unshifted vs :adaptive, 3 seeds: loss "
+                   "residual over training and hidden-state mean trajectories (seed 000 §4.3).")
+    Config = LMShiftConfig
+    quick = {"compile_model": "off",
+             "n_layer": 2, "n_embd": 64, "block_size": 64, "batch_size": 16, "steps": 300,
+             "lr": 3e-3, "warmup": 30, "eval_every": 25, "eval_batches": 4, "probe_every": 10}
+    default_seeds = 3
+    seeds_per_unit = 1
+
+    def units(self, config: LMShiftConfig) -> list[dict]:
+        """One unit per activation and condition."""
+        return [{"activation": a, "condition": c} for a in config.activations for c in CONDITIONS]
+
+    def run_unit(self, config: LMShiftConfig, unit: dict, seeds: list[int],
+                 ctx: UnitContext) -> UnitResult:
+        """Train one condition for each seed, recording losses and hidden-state means."""
+        result = UnitResult()
+        spec = unit["activation"] + (":adaptive" if unit["condition"] == "shifted" else "")
+        run = f"{unit['activation']}/{unit['condition']}"
+        corpus = config.corpus()
+        with torch_threads(config.threads or None):
+            for seed in seeds:
+                model = seeded_gpt(config.model_config(activation=spec), seed, ctx)
+                probe_inputs = probe_windows(config, corpus, seed, config.probe_batches, ctx)
+                trajectory = _trajectory_recorder(result, run, seed, model, probe_inputs, config)
+                trajectory(0)
+                train_and_record(config, model, corpus, seed, ctx, result, run,
+                                 losses=("train_loss", "val_loss"), on_step=trajectory)
+        return result
+
+    def summarize(self, config: LMShiftConfig, table, results: list[dict],
+                  ctx: RunContext) -> dict:
+        """Residuals, final losses and overshoot per activation; figures."""
+        summary = build_summary(config, table, results)
+        draw(table, config, ctx)
+        return summary
+
+    def claims(self, summary: dict) -> list[Claim]:
+        """Shift lowers the final loss; early lead of the unshifted model; smaller overshoot."""
+        return claims(summary)
+
+
+def _trajectory_recorder(result: UnitResult, run: str, seed: int, model: GPT, inputs: list,
+                         config: LMShiftConfig) -> Callable[..., None]:
+    """``on_step`` callback: block hidden-state and activation means every ``probe_every`` steps."""
+
+    def record(step: int, _loss: float = 0.0) -> None:
+        if step % config.probe_every and step != config.steps:
+            return
+        table = probe_forward(model, inputs, metrics=("hidden_mean", "act_mean"),
+                              blocks=model.blocks)
+        for row in table.itertuples():
+            result.add(run, seed, step, row.layer, row.metric, row.value)
+
+    return record

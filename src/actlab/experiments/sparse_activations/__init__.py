@@ -1,0 +1,136 @@
+"""``sparse-activations``: accuracy, negative share and sparsity of sparsity-inducing activations.
+
+Seed 003 §5, Table 1 (and App. D.7 for the activations). ReLU, GELU, SiLU, ReLU², GELU²,
+clipped ReLU² (15, 50), NoisyReLU and SUGAR (B-SiLU surrogate gradient) train on digits
+in CPU-scale models with different norms: the seed's MLP without norm, with RMSNorm and
+with LayerNorm (the norm before each activation), the MLP with skips, a small ResNet with
+BatchNorm and a small ViT with LayerNorm. Each cell reports test accuracy, the share of
+negative activation inputs and the sparsity (``|a| < 1e-7``), mean ± sd over seeds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+
+from actlab.errors import ConfigError, config_check
+from actlab.experiments.sparse_activations.claims import claims as summary_claims
+from actlab.experiments.sparse_activations.figures import draw_figures
+from actlab.experiments.sparse_activations.summary import METRICS, build_summary
+from actlab.nn.classifiers import MODEL_KINDS
+from actlab.recipes.image_classifier import (
+    adam_settings,
+    check_cifar_dir,
+    fit_and_measure,
+    load_config_data,
+    record_diverged,
+)
+from actlab.runner.experiment import (
+    STATUS_OK,
+    Claim,
+    Experiment,
+    RunContext,
+    UnitContext,
+    UnitResult,
+    register,
+)
+from actlab.runner.fields import CheckedConfig, checked
+from actlab.train.supervised import torch_threads
+
+ACTIVATIONS = ["relu", "gelu", "silu", "relu2", "gelu2", "relu2:clip=15", "relu2:clip=50",
+               "noisy_relu", "sugar"]
+SETUPS = ["mlp:none", "mlp:rmsnorm", "mlp:layernorm", "mlp-skip:none", "resnet:batchnorm",
+          "vit:layernorm"]
+
+
+def parse_setup(setup: str) -> tuple[str, str]:
+    """``"mlp:rmsnorm"`` -> ``("mlp", "rmsnorm")``; ``ConfigError`` if unknown."""
+    from actlab.nn.norms import parse_norm
+
+    model, _, norm = setup.partition(":")
+    if model not in MODEL_KINDS:
+        raise ConfigError("setups", f"model {model!r} in {setup!r} must be one of {', '.join(MODEL_KINDS)}")
+    config_check("setups", parse_norm, norm or "none")
+    return model, norm or "none"
+
+
+def setup_model_args(setup: str) -> dict[str, Any]:
+    """``build_classifier`` arguments: ViT norms are its pre-norms, others the pre-activation norm."""
+    model, norm = parse_setup(setup)
+    return {"norm": norm} if model == "vit" else {"pre_norm": norm}
+
+
+@dataclass
+class SparseActivationsConfig(CheckedConfig):
+    """Activations, model/norm setups and training."""
+
+    activations: list[str] = checked(default_factory=lambda: list(ACTIVATIONS), spec="activation",
+                                     nonempty=True)
+    setups: list[str] = checked(default_factory=lambda: list(SETUPS), nonempty=True)
+    steps: int = checked(400, ge=1)
+    batch_size: int = checked(128, ge=1)
+    lr: float = checked(1e-3, gt=0)
+    cifar_dir: str = ""  # CIFAR-10 python files to use instead of digits
+    cifar_limit: int = checked(0, ge=0)  # first N CIFAR training images (0: all)
+    vit_lr: float = checked(3e-3, gt=0)
+    threads: int = checked(1, ge=1)
+
+    def check(self) -> None:
+        """The CIFAR folder and every setup's model and norm."""
+        check_cifar_dir(self.cifar_dir)
+        for setup in self.setups:
+            parse_setup(setup)
+
+
+@register
+class SparseActivations(Experiment):
+    """Table 1 of seed 003 at CPU scale: activation x (model, norm)."""
+
+    name = "sparse-activations"
+    headline_figure = "sparse_activations"
+    description = ("Accuracy / negative share / sparsity of relu, gelu, silu, relu2, gelu2, clipped "
+                   "relu2, noisy_relu, sugar across models and norms (seed 003 §5, Table 1)")
+    Config = SparseActivationsConfig
+    quick = {"steps": 100, "setups": ["mlp:none", "mlp:layernorm", "resnet:batchnorm", "vit:layernorm"]}
+    full = {"steps": 1500}
+    default_seeds = 2
+    seeds_per_unit = None  # all seeds of a cell in one unit
+
+    def units(self, config: SparseActivationsConfig) -> list[dict[str, Any]]:
+        """One unit per (setup, activation)."""
+        return [{"setup": s, "activation": a} for s in config.setups for a in config.activations]
+
+    def run_unit(self, config: SparseActivationsConfig, unit: dict[str, Any], seeds: list[int],
+                 ctx: UnitContext) -> UnitResult:
+        """Train the cell's model once per seed."""
+        from actlab.nn.classifiers import build_classifier
+
+        result = UnitResult()
+        model_kind, _ = parse_setup(unit["setup"])
+        run = f"{unit['setup']}/{unit['activation']}"
+        data = load_config_data(config)
+        settings = adam_settings(config, model_kind)
+        with torch_threads(config.threads):
+            for seed in seeds:
+                model = build_classifier(model_kind, data, unit["activation"], seed=seed,
+                                         **setup_model_args(unit["setup"]))
+                out = fit_and_measure(model, data, settings, seed=seed, progress=ctx.progress)
+                if out.status != STATUS_OK:
+                    record_diverged(result, out.status, run, seed, out.steps)
+                    continue
+                for metric in METRICS:
+                    result.add(run, seed, out.steps, "", metric, getattr(out, metric))
+        return result
+
+    def summarize(self, config: SparseActivationsConfig, table: pd.DataFrame,
+                  results: list[dict[str, Any]], ctx: RunContext) -> dict:
+        """The table: setup -> activation -> mean and sd of each metric over seeds."""
+        summary = build_summary(config, table, results)
+        draw_figures(summary["table"], config.activations, ctx)
+        return summary
+
+    def claims(self, summary: dict) -> list[Claim]:
+        """Table 1's qualitative findings, as far as our setups cover them."""
+        return summary_claims(summary)

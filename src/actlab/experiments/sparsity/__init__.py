@@ -1,0 +1,135 @@
+"""``sparsity``: accuracy against controlled activation sparsity, and the sparsity cliff.
+
+Seed 003 §4, App. B.2. Two mechanisms set the share of zero activations:
+
+* Percentile Centering (``percentile``): ReLU after a norm that shifts each feature by its
+  ``q``-th percentile (no learned shift, so the level holds), levels ``q``;
+* Top-K (``topk``): GELU keeping the ``K`` largest activations, levels ``K``;
+
+on four CPU-scale models trained on scikit-learn's digits: the seed's MLP, the MLP with
+skips, a small ResNet (BatchNorm flavour of the percentile norm) and a small ViT (the
+percentile norm inside its MLPs). Each point records test accuracy, the share of negative
+activation inputs and the measured sparsity (``|a| < 1e-7``). Accuracies are normalised by
+the best of their (model, method) group and ``a(s) = A - B s^N`` is fitted to all points
+(:func:`actlab.theory.fit.fit_cliff`); ``cliff_sparsity`` is where the fit is 10% below A.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+
+from actlab.errors import ConfigError
+from actlab.experiments.sparsity.claims import claims as summary_claims
+from actlab.experiments.sparsity.figures import draw_figures
+from actlab.experiments.sparsity.summary import build_summary
+from actlab.nn.classifiers import MODEL_KINDS
+from actlab.recipes.image_classifier import (
+    adam_settings,
+    check_cifar_dir,
+    fit_and_measure,
+    load_config_data,
+    record_diverged,
+)
+from actlab.runner.experiment import (
+    STATUS_OK,
+    Claim,
+    Experiment,
+    RunContext,
+    UnitContext,
+    UnitResult,
+    register,
+)
+from actlab.runner.fields import CheckedConfig, checked
+from actlab.train.supervised import torch_threads
+
+
+@dataclass
+class SparsityConfig(CheckedConfig):
+    """Models, levels and training of the sparsity sweep."""
+
+    models: list[str] = checked(default_factory=lambda: list(MODEL_KINDS), choices=MODEL_KINDS,
+                                nonempty=True)
+    percentile_levels: list[float] = checked(
+        default_factory=lambda: [0.1, 0.3, 0.5, 0.7, 0.8, 0.9, 0.95, 0.98], gt=0, lt=1)
+    topk_levels: list[float] = checked(
+        default_factory=lambda: [0.9, 0.5, 0.3, 0.2, 0.1, 0.05, 0.02], gt=0, lt=1)
+    steps: int = checked(500, ge=1)
+    batch_size: int = checked(128, ge=1)
+    lr: float = checked(1e-3, gt=0)
+    cifar_dir: str = ""  # CIFAR-10 python files to use instead of digits
+    cifar_limit: int = checked(0, ge=0)  # first N CIFAR training images (0: all)
+    vit_lr: float = checked(3e-3, gt=0)
+    threads: int = checked(1, ge=1)
+
+    def check(self) -> None:
+        """The CIFAR folder, and enough points in all to fit the cliff."""
+        check_cifar_dir(self.cifar_dir)
+        if len(self.percentile_levels) + len(self.topk_levels) < 3:
+            raise ConfigError("percentile_levels", "need at least 3 points in all to fit the cliff")
+
+
+def point_model_args(method: str, level: float) -> dict[str, Any]:
+    """Activation spec and pre-activation norm of one (method, level) point."""
+    if method == "percentile":
+        return {"activation": "relu", "pre_norm": f"percentile:q={level:g}", "norm_bias": False}
+    return {"activation": f"gelu:topk={level:g}", "pre_norm": None, "norm_bias": True}
+
+
+@register
+class Sparsity(Experiment):
+    """Accuracy vs controlled sparsity (Percentile Centering, Top-K) and the cliff fit."""
+
+    name = "sparsity"
+    headline_figure = "sparsity_cliff"
+    description = ("Accuracy against Percentile-Centering and Top-K sparsity on MLP, MLP+skip, "
+                   "ResNet and ViT (digits), with the a(s) = A - B s^N cliff fit (seed 003 §4)")
+    Config = SparsityConfig
+    quick = {"steps": 150, "percentile_levels": [0.5, 0.7, 0.85, 0.95],
+             "topk_levels": [0.5, 0.2, 0.1, 0.03]}
+    full = {"steps": 1500}
+    default_seeds = 1
+    seeds_per_unit = 1
+
+    def units(self, config: SparsityConfig) -> list[dict[str, Any]]:
+        """One unit per (model, method, level)."""
+        return [{"model": model, "method": method, "level": level}
+                for model in config.models
+                for method, levels in (("percentile", config.percentile_levels),
+                                       ("topk", config.topk_levels))
+                for level in levels]
+
+    def run_unit(self, config: SparsityConfig, unit: dict[str, Any], seeds: list[int],
+                 ctx: UnitContext) -> UnitResult:
+        """Train the point's model per seed; rows accuracy, neg_frac, sparsity."""
+        from actlab.nn.classifiers import build_classifier
+
+        result = UnitResult()
+        run = f"{unit['model']}/{unit['method']}/{unit['level']:g}"
+        data = load_config_data(config)
+        settings = adam_settings(config, unit["model"])
+        with torch_threads(config.threads):
+            for seed in seeds:
+                model = build_classifier(unit["model"], data, seed=seed,
+                                         **point_model_args(unit["method"], unit["level"]))
+                out = fit_and_measure(model, data, settings, seed=seed, progress=ctx.progress)
+                if out.status != STATUS_OK:
+                    record_diverged(result, out.status, run, seed, out.steps)
+                    continue
+                for metric in ("accuracy", "neg_frac", "sparsity", "final_loss"):
+                    result.add(run, seed, out.steps, "", metric if metric != "final_loss"
+                               else "train_loss", getattr(out, metric))
+        return result
+
+    def summarize(self, config: SparsityConfig, table: pd.DataFrame, results: list[dict[str, Any]],
+                  ctx: RunContext) -> dict:
+        """Points, normalised accuracy, the cliff fit, figures."""
+        summary = build_summary(config, table, results)
+        draw_figures(summary, ctx)
+        return summary
+
+    def claims(self, summary: dict) -> list[Claim]:
+        """The cliff, the plateau, skip robustness, Percentile Centering sets the level."""
+        return summary_claims(summary)

@@ -1,0 +1,42 @@
+"""The ``sparsity`` figure: normalised accuracy against measured sparsity, with the cliff fit."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from actlab.experiments.sparsity.claims import METHODS
+from actlab.plotting import pyplot
+from actlab.runner.experiment import RunContext
+
+
+def draw_figures(summary: dict[str, Any], ctx: RunContext) -> None:
+    """``sparsity_cliff``: every point by model and method and the fitted curve (only when the
+    summary holds a fit, i.e. has ``n_points``)."""
+    from actlab.theory.fit import CliffFit
+
+    if "n_points" not in summary:
+        return
+    fit = CliffFit(summary["A"], summary["B"], summary["N"], summary["r2"],
+                   summary["cliff_sparsity"], summary["n_points"])
+    points = summary["points"]
+    plt = pyplot()
+
+    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    markers = {"percentile": "o", "topk": "^"}
+    for model in sorted({p["model"] for p in points}):
+        for method in METHODS:
+            sel = [p for p in points if p["model"] == model and p["method"] == method]
+            if sel:
+                ax.scatter([p["sparsity"] for p in sel], [p["normalized_accuracy"] for p in sel],
+                           marker=markers[method], label=f"{model} {method}", s=22)
+    s = np.linspace(0, 1, 200)
+    ax.plot(s, fit.predict(s), "k-", lw=1.2,
+            label=f"fit A={fit.A:.3f} B={fit.B:.3f} N={fit.N:.2f} R²={fit.r2:.2f}")
+    if fit.cliff_sparsity is not None:
+        ax.axvline(fit.cliff_sparsity, color="k", ls=":", lw=1)
+    ax.set_xlabel("measured sparsity")
+    ax.set_ylabel("accuracy / best of its group")
+    ax.legend(fontsize=6, ncol=2)
+    ctx.save_figure(fig, "sparsity_cliff")

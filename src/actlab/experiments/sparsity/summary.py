@@ -1,0 +1,78 @@
+"""The ``sparsity`` summary: the points, their accuracy normalised per group, the cliff fit."""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+import pandas as pd
+
+from actlab.analysis import failed_units, seeds_in
+from actlab.experiments.sparsity.claims import METHODS
+from actlab.recipes.image_classifier import data_label
+
+if TYPE_CHECKING:
+    from actlab.experiments.sparsity import SparsityConfig
+
+PUBLISHED = {"A": 0.978, "B": 0.635, "N": 16.72, "r2": 0.565}  # seed 003 §4.1, N = 79 points
+
+
+def table_points(table: pd.DataFrame) -> list[dict[str, Any]]:
+    """One point per run with finite accuracy and sparsity (seed means), in run order."""
+    points = []
+    for run, df in table.groupby("run"):
+        model, method, level = str(run).split("/")
+        values = df.groupby("metric")["value"].mean()
+        if not all(math.isfinite(values.get(k, math.nan)) for k in ("accuracy", "sparsity")):
+            continue
+        points.append({"model": model, "method": method, "level": float(level),
+                       "accuracy": float(values["accuracy"]),
+                       "neg_frac": float(values.get("neg_frac", math.nan)),
+                       "sparsity": float(values["sparsity"])})
+    return points
+
+
+def build_summary(config: SparsityConfig, table: pd.DataFrame,
+                  results: list[dict[str, Any]]) -> dict[str, Any]:
+    """``summary.json``: the scale, the published fit, ours (``None`` under 3 points), the
+    per-model extremes and the sorted points (with ``normalized_accuracy`` once fitted)."""
+    from actlab.theory.fit import fit_cliff, normalize_by_group
+
+    points = table_points(table)
+    summary: dict[str, Any] = {
+        "scale": {"steps": config.steps, "seeds": seeds_in(table),
+                  "data": data_label(config, "digits (1438 train / 359 test)"),
+                  "models": config.models,
+                  "percentile_levels": config.percentile_levels,
+                  "topk_levels": config.topk_levels},
+        "failed_or_diverged": failed_units(results),
+        "published": PUBLISHED,
+    }
+    if len(points) >= 3:
+        norm = normalize_by_group([p["accuracy"] for p in points],
+                                  [(p["model"], p["method"]) for p in points])
+        for p, value in zip(points, norm):
+            p["normalized_accuracy"] = float(value)
+        fit = fit_cliff([p["sparsity"] for p in points], norm)
+        summary.update({"A": fit.A, "B": fit.B, "N": fit.N, "r2": fit.r2,
+                        "cliff_sparsity": fit.cliff_sparsity, "n_points": fit.n_points})
+        summary["per_model"] = per_model(points)
+    else:
+        summary.update({"A": None, "B": None, "N": None, "r2": None, "cliff_sparsity": None})
+    summary["points"] = sorted(points, key=lambda p: (p["model"], p["method"], p["level"]))
+    return summary
+
+
+def per_model(points: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per (model, method): accuracy at the lowest and highest measured sparsity."""
+    out: dict[str, Any] = {}
+    for model in sorted({p["model"] for p in points}):
+        for method in METHODS:
+            sel = sorted((p for p in points if p["model"] == model and p["method"] == method),
+                         key=lambda p: p["sparsity"])
+            if sel:
+                out[f"{model}/{method}"] = {
+                    "least_sparse": {"sparsity": sel[0]["sparsity"], "accuracy": sel[0]["accuracy"]},
+                    "most_sparse": {"sparsity": sel[-1]["sparsity"], "accuracy": sel[-1]["accuracy"]},
+                }
+    return out

@@ -1,0 +1,97 @@
+"""``spikes``: squared and clipped activations and the range of the down-projection input
+(seed 003, §6 and App. B.3.1).
+
+A GPT trains with each MLP activation (relu, gelu, relu2, gelu2, relu2:clip=15,
+relu2:clip=50) for several seeds. After training, on fixed validation windows, the probe
+measures per layer the range ``max - min`` of the activation output, which in a plain FFN is
+exactly the down-projection's input (the seed's spike measure), and its sparsity (share of
+``|a| < 1e-7``) and share of negative pre-activations. The validation loss is recorded over
+training.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from actlab.experiments.spikes.claims import claims
+from actlab.experiments.spikes.figures import draw
+from actlab.experiments.spikes.summary import build_summary
+from actlab.recipes.language_model import (
+    LMScale,
+    probe_forward,
+    probe_windows,
+    seeded_gpt,
+    train_and_record,
+)
+from actlab.runner.experiment import (
+    Claim,
+    Experiment,
+    RunContext,
+    UnitContext,
+    UnitResult,
+    register,
+)
+from actlab.runner.fields import checked
+from actlab.train.supervised import torch_threads
+
+ACTIVATIONS = ["relu", "gelu", "relu2", "gelu2", "relu2:clip=15", "relu2:clip=50"]
+
+
+@dataclass
+class SpikesConfig(LMScale):
+    """Tiny-GPT scale plus the activations compared and the measurement windows."""
+
+    activations: list[str] = checked(default_factory=lambda: list(ACTIVATIONS),
+                                     spec="activation", nonempty=True)
+    probe_batches: int = checked(4, ge=1)
+
+
+@register
+class SpikesExperiment(Experiment):
+    """Down-projection input range per layer for plain, squared and clipped activations."""
+
+    name = "spikes"
+    headline_figure = "spikes"
+    description = ("GPT with relu, gelu, relu2, gelu2, relu2 clipped at 15/50, 3 seeds: per-layer "
+                   "range of the down-projection input, val loss, sparsity (seed 003 §6).")
+    Config = SpikesConfig
+    quick = {"compile_model": "off",
+             "n_layer": 4, "n_embd": 64, "block_size": 64, "batch_size": 16, "steps": 160,
+             "lr": 3e-3, "warmup": 16, "eval_every": 40, "eval_batches": 4}
+    default_seeds = 3
+    seeds_per_unit = 1
+
+    def units(self, config: SpikesConfig) -> list[dict]:
+        """One unit per activation."""
+        return [{"activation": spec} for spec in config.activations]
+
+    def run_unit(self, config: SpikesConfig, unit: dict, seeds: list[int],
+                 ctx: UnitContext) -> UnitResult:
+        """Train with one activation per seed; measure ranges on validation windows at the end."""
+        result = UnitResult()
+        spec = unit["activation"]
+        corpus = config.corpus()
+        with torch_threads(config.threads or None):
+            for seed in seeds:
+                model = seeded_gpt(config.model_config(activation=spec), seed, ctx)
+                outcome = train_and_record(config, model, corpus, seed, ctx, result, spec)
+                if outcome.status != "ok":
+                    continue
+                table = probe_forward(model, probe_windows(config, corpus, seed,
+                                                           config.probe_batches, ctx),
+                                      metrics=("act_range", "act_max", "act_min", "sparsity",
+                                               "preact_neg_frac"))
+                for row in table.itertuples():
+                    layer = row.layer.split(".")[1]  # "blocks.<i>.mlp.act" -> "<i>"
+                    result.add(spec, seed, outcome.step, layer, row.metric, row.value)
+        return result
+
+    def summarize(self, config: SpikesConfig, table, results: list[dict], ctx: RunContext) -> dict:
+        """Per activation: val loss mean/sd, per-layer max (over seeds) and mean range, sparsity."""
+        summary = build_summary(config, table, results)
+        draw(summary, ctx)
+        return summary
+
+    def claims(self, summary: dict) -> list[Claim]:
+        """The claims of §6 / Table 6, each decided by the thresholds stated in the text."""
+        return claims(summary)

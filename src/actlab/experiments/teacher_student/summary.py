@@ -1,0 +1,122 @@
+"""The ``teacher-student`` summary, and the pair readers the whole family shares.
+
+:func:`pair_summary` (unshifted vs shifted curves of one ``prefix``), :func:`optimal_shifts`
+(each seed's loss-minimising shift of a grid) and :func:`describe_scale` read the tidy rows
+of :meth:`actlab.recipes.teacher_student.StudentRun.add_rows`; ``shift-sweep``,
+``size-sweep`` and ``ablations`` use them too.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from actlab.analysis import (
+    crossover_steps,
+    curves,
+    final_values,
+    finite_mean,
+    finite_median,
+    overshoot,
+    pd_frame,
+    value_at,
+)
+from actlab.recipes.teacher_student import ModelSettings
+
+if TYPE_CHECKING:
+    from actlab.experiments.teacher_student import Config
+
+# Table 2 of the seed: (k, theory angle, full-model angle) for ReLU, m = 200.
+PAPER_TABLE2 = {1: (77.45, 76.25), 5: (77.44, 75.01), 20: (77.40, 69.22), 100: (77.22, 46.58)}
+
+
+def pair_summary(table: Any, prefix: str, early_step: float) -> dict[str, Any]:
+    """Final and early losses, wins and crossover of ``prefix/unshifted`` vs ``prefix/shifted``."""
+    u, s = curves(table, f"{prefix}/unshifted"), curves(table, f"{prefix}/shifted")
+    if u.empty or s.empty:
+        return {"status": "missing"}
+    final_u, final_s = u.iloc[-1], s.iloc[-1]
+    paired = np.isfinite(final_u) & np.isfinite(final_s)
+    mean_u, mean_s = finite_mean(final_u), finite_mean(final_s)
+    crossings = crossover_steps(u, s)
+    return {
+        "final_loss_unshifted": mean_u,
+        "final_loss_shifted": mean_s,
+        "relative_improvement": None if not mean_u or mean_s is None else (mean_u - mean_s) / mean_u,
+        "shifted_wins": float((final_s[paired] < final_u[paired]).mean()) if paired.any() else None,
+        "early_step": int(value_at(u, early_step).name),
+        "early_loss_unshifted": finite_mean(value_at(u, early_step)),
+        "early_loss_shifted": finite_mean(value_at(s, early_step)),
+        "crossover_step": finite_median(crossings),
+        "crossover_seeds": int(np.isfinite(crossings).sum()),
+    }
+
+
+def optimal_shifts(table: Any, prefix: str, shifts: dict[str, float]) -> tuple[Any, Any]:
+    """Final loss per seed (rows) and shift (columns), and each seed's loss-minimising shift."""
+    finals = {b: final_values(table, f"{prefix}/{name}") for name, b in shifts.items()}
+    frame = pd_frame(finals).sort_index(axis=1)
+    best = frame.idxmin(axis=1, skipna=True)
+    return frame, best
+
+
+def describe_scale(settings: ModelSettings, seeds: int, size: str | None = None) -> str:
+    """One line saying what scale ran, for summaries (``size`` replaces the (d, m, L) part)."""
+    size = size or f"(d, m, L) = ({settings.d}, {settings.m}, {settings.L})"
+    return (
+        f"{size}, {settings.norm}-norm, "
+        f"{settings.optimizer} lr {settings.lr}, batch {settings.batch_size}, "
+        f"{settings.steps} steps, {seeds} seeds, loss {settings.loss}"
+    )
+
+
+def seeds_of(results: list[dict[str, Any]]) -> int:
+    """The number of seeds a run used (that of its first unit; 0 without units)."""
+    return len(results[0]["seeds"]) if results else 0
+
+
+def summarize(config: Config, table: Any, results: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per activation: final/early losses, wins, crossover, overshoot, sharpness, angles."""
+    summary: dict[str, Any] = {"scale": describe_scale(config, seeds_of(results))}
+    data = {r["unit"]["activation"]: r["data"] for r in results}
+    early_step = max(1, round(0.05 * config.steps))
+    for activation in config.activations:
+        pair = pair_summary(table, activation, early_step)
+        if "status" in pair:
+            summary[activation] = pair
+            continue
+        summary[activation] = _activation_entry(config, table, activation, pair,
+                                                data.get(activation, {}))
+    if config.m == 200:
+        summary["paper_table2_relu_m200"] = {
+            str(k): {"theory": t, "measured": m} for k, (t, m) in PAPER_TABLE2.items()
+        }
+    return summary
+
+
+def _activation_entry(config: Config, table: Any, activation: str, pair: dict[str, Any],
+                      data: dict[str, Any]) -> dict[str, Any]:
+    last = f"block{config.L - 1}"
+    hu = curves(table, f"{activation}/unshifted", "hidden_mean", last)
+    hs = curves(table, f"{activation}/shifted", "hidden_mean", last)
+    entry = {
+        "theory_shift": data.get("theory_shift"),
+        **pair,
+        "overshoot_unshifted": finite_mean(overshoot(hu)),
+        "overshoot_shifted": finite_mean(overshoot(hs)),
+    }
+    for kind, key in (("lambda_max_hessian", "sharpness"), ("lambda_max_gn", "sharpness_gn")):
+        for cond in ("unshifted", "shifted"):
+            final = final_values(table, f"{activation}/{cond}", kind)
+            entry[f"{key}_{cond}"] = finite_mean(final) if len(final) else None
+    theory = data.get("theory_angles", {})
+    angles = table[(table.run == f"{activation}/pair") & (table.metric == "grad_angle")]
+    entry["gradient_angles"] = {
+        str(k): {"measured": finite_mean(angles[angles.step == k].value),
+                 "theory": theory.get(str(k))}
+        for k in config.angle_steps
+    }
+    diverged = table[(table.metric == "diverged") & table.run.str.startswith(activation + "/")]
+    entry["diverged_members"] = int(diverged.value.sum())
+    return entry
