@@ -1,8 +1,9 @@
 """Claims are addressable: ids, values and comparisons that agree with the verdicts.
 
 The per-experiment checks read ``tests/data/claims/<experiment>.json``: the summary of a
-``--quick`` run and the verdicts the claims gave on it before claims had ids, so a change
-of a claim's wording or judgement shows up here, claim by claim.
+``--quick`` run and the verdict (by claim id) the claims gave on it when it was recorded,
+so a change of a claim's judgement shows up here, claim by claim; a change of wording does
+not.
 """
 
 from __future__ import annotations
@@ -125,7 +126,7 @@ def test_claims_have_unique_ids_consistent_values_and_recorded_verdicts(name):
     claims = [json.loads(dumps(c)) for c in experiment.claims(recorded["summary"])]
     assert claim_problems(claims) == []
     assert all(c["id"].startswith(f"{name}/") for c in claims)
-    assert [(c["claim"], c["held"]) for c in claims] == [tuple(v) for v in recorded["verdicts"]]
+    assert [(c["id"], c["held"]) for c in claims] == [tuple(v) for v in recorded["verdicts"]]
     decided = [c for c in claims if c["comparison"] in ("<", "<=", ">", ">=", "within",
                                                         "within-factor")]
     for claim in decided:

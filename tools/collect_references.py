@@ -2,6 +2,7 @@
 
     python tools/collect_references.py --runs RUNS_ROOT [--name reference] [EXPERIMENT ...]
     python tools/collect_references.py            # only rebuild references.json from docs/results
+    python tools/collect_references.py --rejudge [EXPERIMENT ...]  # after a change to claims
 
 For each experiment named (default: every one with a run under ``RUNS_ROOT/<exp>/<name>``)
 the run's ``summary.json``, ``claims.json``, ``config.json``, ``env.json`` (with the run's
@@ -46,6 +47,8 @@ from actlab.runner.references import REFERENCE, REFERENCES_FILE  # noqa: E402
 RESULTS = ROOT / "docs" / "results"
 KEPT_FILES = ("summary.json", "claims.json", "config.json")
 QUICK_CLAIMS = "quick_claims.json"  # every claim of a quick reproduction, by id
+QUICK_KEYS = ("value", "held", "measured", "claim", "reference", "source", "source_key", "where",
+              "quoted", "precondition")
 SEED_VALUES = "claims_per_seed.json"  # {claim id: [value of seed 0, seed 1, ...]}
 MAX_TOTAL_BYTES = 15 * 2**20
 
@@ -106,6 +109,23 @@ def copy_run(run_dir: Path, dest: Path, exp_name: str, summarize_again: bool = F
         (dest / "env.json").write_text(json.dumps(env, indent=1) + "\n")
     seeds = per_seed_values(exp_name, run_dir, units)
     (dest / SEED_VALUES).write_text(json.dumps(seeds, indent=1, sort_keys=True) + "\n")
+
+
+def rejudge(exp_name: str) -> list[str]:
+    """Judge the kept summaries of ``exp_name`` (reference, ``--full``, evidence) again with
+    today's claims and rewrite their ``claims.json``; one line per verdict that moved."""
+    experiment = get_experiment(exp_name)
+    moved = []
+    for summary_path in sorted((RESULTS / exp_name).rglob("summary.json")):
+        folder = summary_path.parent
+        old = {c["id"]: c.get("held") for c in json.loads((folder / "claims.json").read_text())}
+        claims = [{**json.loads(dumps(c)), "point": ""}
+                  for c in experiment.claims(json.loads(summary_path.read_text()))]
+        (folder / "claims.json").write_text(dumps(claims))
+        where = folder.relative_to(RESULTS)
+        moved += [f"{where}: {c['id']}: {old.get(c['id'], 'new')} -> {c['held']}"
+                  for c in claims if old.get(c["id"], "new") != c["held"]]
+    return moved
 
 
 def _head_commit() -> str:
@@ -204,8 +224,7 @@ def collect_quick(root: Path) -> None:
         env = json.loads((run.parent / "env.json").read_text())
         commits.add(env.get("git", {}).get("commit"))
         for claim in json.loads(run.read_text()):
-            claims[claim["id"]] = {k: claim.get(k) for k in ("value", "held", "measured", "claim",
-                                                            "reference", "source")}
+            claims[claim["id"]] = {k: claim.get(k) for k in QUICK_KEYS}
     record = {"commits": sorted(c for c in commits if c), "claims": claims}
     path.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
     print(f"  quick: {len(claims)} claims ({len(replaced)} experiment(s) replaced)")
@@ -229,7 +248,16 @@ def main() -> None:
     parser.add_argument("--quick", type=Path,
                         help="root of an `actlab reproduce --quick` run: its claims go to "
                              f"docs/results/{QUICK_CLAIMS}")
+    parser.add_argument("--rejudge", action="store_true",
+                        help="judge the kept summaries of the named experiments (default: all) "
+                             "again with today's claims, rewrite their claims.json and list "
+                             "every verdict that moved")
     args = parser.parse_args()
+    if args.rejudge:
+        names = args.experiments or sorted(p.parent.name for p in RESULTS.glob("*/summary.json"))
+        for name in names:
+            for line in rejudge(name):
+                print(f"  moved: {line}")
     if args.quick:
         collect_quick(args.quick)
     if args.runs:

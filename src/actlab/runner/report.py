@@ -251,7 +251,8 @@ def write_report(run_dir: str | Path) -> Path:
         parts.append(f'<p class="bad">{len(status["failed"])} unit(s) failed.</p>')
     # what people look at first: figures, then what they show (claims); the long tables fold
     parts += ["<h2>Figures</h2>", _figures(run_dir)]
-    parts += ["<h2>Claims</h2>", _claims_table(claims) if claims else "<p>No claims.</p>"]
+    parts += ["<h2>Claims</h2>", f"<p>{_e(origin_counts(claims))}</p>" if claims else "",
+              _claims_table(claims) if claims else "<p>No claims.</p>"]
     parts += [_folded("Summary", _summary_section(summary))]
     parts += ["<h2>Units</h2>", _units(run_dir)]
     parts += [_folded("Final values", _final_values(run_dir))]
@@ -312,6 +313,24 @@ def _overview_row(out_dir: Path, entry: dict[str, Any]) -> list[str]:
             f'<span class="{css}">{_e(state)}</span>', problems]
 
 
+def origin_counts(claims: list[dict[str, Any]]) -> str:
+    """The papers' claims and ours counted apart: ``"The documents' claims: ...; ours: ..."``.
+
+    A claim is ours when its source is :data:`actlab.runner.sources.OURS`; claims written
+    before sources had keys count as the documents'.
+    """
+    from actlab.runner.sources import OURS
+
+    def tally(rows: list[dict[str, Any]]) -> str:
+        held = [c.get("held") for c in rows]
+        return (f"{len(rows)} ({held.count(True)} held, {held.count(False)} not held, "
+                f"{held.count(None)} undecided)")
+
+    ours = [c for c in claims if c.get("source_key") == OURS]
+    papers = [c for c in claims if c.get("source_key") != OURS]
+    return f"The documents' claims: {tally(papers)}; ours: {tally(ours)}."
+
+
 def write_index(out_dir: str | Path, entries: list[dict[str, Any]], scale: str) -> Path:
     """Write ``out_dir/index.html``: an overview (per experiment its claim counts and a
     thumbnail of its headline figure), then every claim.
@@ -327,7 +346,8 @@ def write_index(out_dir: str | Path, entries: list[dict[str, Any]], scale: str) 
     failed = [e for e in entries if e["status"] != "ok"]
     parts = [f"<h1>actlab reproduction ({_e(scale)})</h1>"]
     parts.append(f"<p>{len(entries)} experiments; claims held {held.count(True)}, not held "
-                 f"{held.count(False)}, undecided {held.count(None)}.</p>")
+                 f"{held.count(False)}, undecided {held.count(None)}. {_e(origin_counts(all_claims))}"
+                 "</p>")
     if failed:
         parts.append('<p class="bad">Failed: ' + ", ".join(_e(e["experiment"]) for e in failed) + "</p>")
     overview = _table(["experiment", "headline figure", "held", "not held", "undecided",

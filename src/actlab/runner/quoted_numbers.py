@@ -1,0 +1,113 @@
+"""Find the numbers a claim credits to a document in the text of the section it cites.
+
+The documents' text comes from PDF or HTML extraction, which writes one number in many
+ways: ``4.73 × 10⁻⁴``, ``4.73 \\times 10^{-4}``, ``$3.233$``, ``22.7%``, ``1,000`` and,
+where a formula was rendered twice, ``0.2300.230`` or ``77.45∘77.45``. :func:`numbers_in`
+reads them all as floats; :func:`cited_windows` cuts the stretches of a document that a
+locator such as ``"App. D.6, Table 4"`` points at; :func:`find_quoted` says where a number
+turned up: in the cited section, elsewhere in the document, or nowhere.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+_SUPERSCRIPT = str.maketrans("⁰¹²³⁴⁵⁶⁷⁸⁹⁻⁺", "0123456789-+")
+# A decimal written twice in a row, possibly with a degree sign between (math rendered twice).
+_DOUBLED = re.compile(r"(?<![\d.])(\d+\.\d+?)[∘°]?\1(?![\d])")
+_SCIENTIFIC = re.compile(r"(?<![\w.])(-?\d+(?:\.\d+)?)\s*(?:×|\\times|\\cdot|·|x)\s*10\s*"
+                         r"(?:\^\s*\{?\s*([-+]?\d+)\s*\}?|([⁻⁺]?[⁰¹²³⁴⁵⁶⁷⁸⁹]+))")
+_E_NOTATION = re.compile(r"(?<![\w.])(-?\d+(?:\.\d+)?[eE][-+]?\d+)(?![\w.])")
+_PLAIN = re.compile(r"(?<![\w.])-?(?:\d{1,3}(?:,\d{3})+(?![,\d])|\d+)(?:\.\d+)?")
+WINDOW = 4000  # characters after a locator's mention that count as "its section"
+
+
+def normalise(text: str) -> str:
+    """The text with minus signs, TeX dollars and doubled renderings made plain."""
+    text = text.replace("−", "-").replace("–", "-").replace("$", " ").replace("{,}", ",")
+    return _DOUBLED.sub(r"\1", text)
+
+
+def numbers_in(text: str) -> list[tuple[float, int]]:
+    """Every number in ``text`` as ``(value, position)`` in the normalised text."""
+    text = normalise(text)
+    found: list[tuple[float, int]] = []
+    taken: list[tuple[int, int]] = []
+    for match in _SCIENTIFIC.finditer(text):
+        exponent = match.group(2) or match.group(3).translate(_SUPERSCRIPT)
+        found.append((float(match.group(1)) * 10.0 ** int(exponent), match.start()))
+        taken.append(match.span())
+    for match in _E_NOTATION.finditer(text):
+        if not any(a <= match.start() < b for a, b in taken):
+            found.append((float(match.group(1)), match.start()))
+            taken.append(match.span())
+    for match in _PLAIN.finditer(text):
+        if not any(a <= match.start() < b for a, b in taken):
+            found.append((float(match.group(0).replace(",", "")), match.start()))
+    return sorted(found, key=lambda pair: pair[1])
+
+
+def same_number(quoted: float, written: float) -> bool:
+    """Whether ``written`` is ``quoted`` as the text could write it (also as a percentage)."""
+    return any(math.isclose(quoted * scale, written, rel_tol=1e-9, abs_tol=1e-12)
+               for scale in (1.0, 100.0, 0.01))
+
+
+def locator_keys(where: str) -> list[str]:
+    """The strings a locator's parts are searched by: ``"App. D.6, Table 4"`` -> ``["D.6",
+    "Table 4"]``; ``"§3.2"`` -> ``["3.2"]``; ``"eq. 61"`` -> ``["(61)"]``; ``"Fig. 3"`` ->
+    ``["Figure 3"]``; other parts (a handbook section's title) as they are."""
+    keys = []
+    for part in re.split(r"[;,]", where):
+        part = part.strip()
+        if not part:
+            continue
+        if m := re.match(r"(?:App(?:endix)?\.?|§|Sec(?:tion)?\.?)\s*([A-Z]?\d*(?:\.\d+)*)$", part):
+            keys.append(m.group(1))
+        elif m := re.match(r"(?:eqs?\.|Eqs?\.|equations?)\s*\(?(\d+)", part):
+            keys.append(f"({m.group(1)})")
+        elif m := re.match(r"(?:Fig\.|Figs\.|Figure)\s*(\d+)", part):
+            keys.append(f"Figure {m.group(1)}")
+        elif m := re.match(r"Tab(?:le|\.)\s*(\d+)", part):
+            keys.append(f"Table {m.group(1)}")
+        else:
+            keys.append(part)
+    return [k for k in keys if k]
+
+
+def cited_windows(document: str, where: str) -> list[tuple[int, int]]:
+    """Spans of the normalised ``document`` after each mention of each of ``where``'s keys."""
+    text = normalise(document)
+    spans = []
+    for key in locator_keys(where):
+        for match in re.finditer(re.escape(key), text):
+            spans.append((match.start(), min(len(text), match.start() + WINDOW)))
+    return spans
+
+
+@dataclass(frozen=True)
+class Found:
+    """Where a quoted number turned up: ``"section"``, ``"elsewhere"`` or ``"missing"``."""
+
+    value: float
+    place: str
+    context: str = ""
+
+
+def find_quoted(document: str, where: str, value: float) -> Found:
+    """Look for ``value`` in the cited section of ``document``, then anywhere in it."""
+    text = normalise(document)
+    windows = cited_windows(document, where)
+    hits = [pos for number, pos in numbers_in(document) if same_number(value, number)]
+    for pos in hits:
+        if any(a <= pos < b for a, b in windows):
+            return Found(value, "section", _context(text, pos))
+    if hits:
+        return Found(value, "elsewhere", _context(text, hits[0]))
+    return Found(value, "missing")
+
+
+def _context(text: str, pos: int, width: int = 60) -> str:
+    return " ".join(text[max(0, pos - width):pos + width].split())
