@@ -278,3 +278,21 @@ def test_freeze_stops_one_member_and_checks_its_arguments():
         trainer.freeze("nope", 0)
     with pytest.raises(ValueError, match="seed_index"):
         trainer.freeze("default", 2)
+
+
+def test_member_copy_runs_with_its_own_shift_when_a_group_mixes_shifts():
+    # One group may hold modules that differ only in a buffer a module read when built
+    # (the shift); the standalone copy of each member must compute what that member does.
+    from actlab import activation
+
+    def mlp(spec: str) -> nn.Module:
+        torch.manual_seed(0)
+        return nn.Sequential(nn.Linear(3, 5), activation(spec), nn.Linear(5, 2))
+
+    models = [mlp("relu"), mlp("relu:shift=0.3")]
+    ens = Ensemble({"all": models})
+    x = torch.randn(4, 3)
+    with torch.no_grad():
+        for i, model in enumerate(models):
+            torch.testing.assert_close(ens.member("all", i)(x), model(x))
+        assert not torch.allclose(models[0](x), models[1](x))

@@ -132,9 +132,6 @@ def test_block_statistics_are_the_students_own_at_the_last_step():
                                    rtol=1e-9, atol=1e-12)
 
 
-@pytest.mark.xfail(strict=True, reason="Ensemble.member copies the group's prototype, whose "
-                   "eager forward skips a zero shift: the shifted member's copy runs unshifted "
-                   "outside torch.func (curvature, under torch.func, is right)")
 def test_member_copy_of_the_shifted_student_runs_shifted():
     settings = ModelSettings(**SMALL)
     run = train_students(settings, "relu", PAIR, [0], checkpoint_seed_index=0)
@@ -217,7 +214,7 @@ def test_landscape_centre_is_the_initial_loss_and_the_plane_is_the_gradients():
         # both trajectories start at the common initialisation, the plane's origin
         for traj in plane["trajectories"].values():
             np.testing.assert_allclose(traj[0], [0.0, 0.0], atol=1e-12)
-    with torch.no_grad():  # the shifted view's grid: see the xfail test on member copies
+    with torch.no_grad():
         centre = F.mse_loss(students["unshifted"][0](x), y).item()
     assert planes["unshifted"]["loss"][2][2] == pytest.approx(centre, rel=1e-9)
     if "shifted_offplane" in planes:

@@ -662,6 +662,14 @@ class SpecActivation(Activation):
                 y = self.center(y, inplace=self._inplace_ok or self._shifted)
         return topk_sparsify(y, self.topk) if self.topk is not None else y
 
+    def refresh_from_buffers(self) -> None:
+        """Re-derive what construction decided from ``offset`` (whether the eager paths
+        subtract a shift, which kernels run) after its value was written in place, as
+        :meth:`actlab.train.ensemble.Ensemble.member` does when it copies a member's state
+        into another member's module."""
+        self._shifted = float(self.offset) != 0.0
+        self._bind_kernels()
+
     def for_members(self, members: Sequence[nn.Module]) -> None:
         """Serve as the shared skeleton of ``members`` in a vmapped ensemble.
 

@@ -160,6 +160,12 @@ class Ensemble:
             for name, tensor in model.named_buffers():
                 if name in self.buffers[condition]:
                     tensor.copy_(self.buffers[condition][name][seed_index])
+        # Members of one group may differ in buffers that a module read when it was built
+        # (an activation's shift): let such modules re-read them.
+        for module in model.modules():
+            refresh = getattr(module, "refresh_from_buffers", None)
+            if callable(refresh):
+                refresh()
         return model
 
     def state_dict(self) -> dict[str, Any]:
