@@ -24,6 +24,7 @@ from actlab.runner.quoted_numbers import (
     ("22.7% of 1,000 units", [22.7, 1000.0]),
     ("(50,200,20)", [50.0, 200.0, 20.0]),
     ("lr 1e-3 and −0.5", [1e-3, -0.5]),
+    ("Figure 9, Table 2, §3 and eq. (12) show 0.5 (3.5)", [0.5, 3.5]),
 ])
 def test_numbers_are_read_in_every_format_the_documents_use(text, expected):
     values = [v for v, _ in numbers_in(text)]
@@ -54,3 +55,11 @@ def test_a_number_is_found_in_its_section_elsewhere_or_not_at_all():
     assert find_quoted(DOCUMENT, "Table 2", 3.14).place == "missing"
     assert find_quoted(DOCUMENT, "Table 3", 46.58).place == "elsewhere"  # no such section
     assert cited_windows(DOCUMENT, "Table 9") == []
+
+
+def test_a_section_number_is_found_as_a_heading_not_as_any_digit():
+    doc = ("5 Results the factor of 6 and Figure 6 show 0.5 " + "x " * 3000
+           + "6 Spike Amplification the range grows 25-fold " + "y " * 3000 + "§7 says 9")
+    assert find_quoted(doc, "§6", 25).place == "section"
+    assert find_quoted(doc, "§6", 0.5).place == "elsewhere"  # "of 6", "Figure 6": no heading
+    assert find_quoted(doc, "§7", 9).place == "section"

@@ -44,9 +44,21 @@ def numbers_in(text: str) -> list[tuple[float, int]]:
             found.append((float(match.group(1)), match.start()))
             taken.append(match.span())
     for match in _PLAIN.finditer(text):
-        if not any(a <= match.start() < b for a, b in taken):
-            found.append((float(match.group(0).replace(",", "")), match.start()))
+        if any(a <= match.start() < b for a, b in taken) or _is_reference(text, match):
+            continue
+        found.append((float(match.group(0).replace(",", "")), match.start()))
     return sorted(found, key=lambda pair: pair[1])
+
+
+_REFERENCE_BEFORE = re.compile(r"(?:Figure|Fig\.|Figs\.|Table|Section|§|Appendix|App\.|Eq\.|eq\.)\s*$")
+
+
+def _is_reference(text: str, match: re.Match) -> bool:
+    """Whether a number names a figure, table, section or equation rather than a quantity."""
+    if _REFERENCE_BEFORE.search(text[max(0, match.start() - 12):match.start()]):
+        return True
+    before, after = text[match.start() - 1:match.start()], text[match.end():match.end() + 1]
+    return before == "(" and after == ")" and "." not in match.group(0)  # "(12)": an equation
 
 
 def same_number(quoted: float, written: float) -> bool:
@@ -77,14 +89,28 @@ def locator_keys(where: str) -> list[str]:
     return [k for k in keys if k]
 
 
+_SECTION_NUMBER = re.compile(r"^[A-Z]?\d*(?:\.\d+)*$")
+
+
+def _mentions(text: str, key: str) -> list[int]:
+    """Where ``key`` starts its part of the text. A section number (``6``, ``4.1``, ``D.6``)
+    counts as a heading (the number then a capitalised word, or after ``§``, ``Section``,
+    ``Appendix``), never as a digit inside another number or a figure's or table's number."""
+    if not _SECTION_NUMBER.match(key):
+        return [m.start() for m in re.finditer(re.escape(key), text)]
+    k = re.escape(key)
+    heading = re.compile(rf"(?<![\w.])(?<!Figure )(?<!Table )(?<!Fig\. ){k}\.?\s+[A-Z][a-z]")
+    named = re.compile(rf"(?:§\s*|Section\s+|Appendix\s+|App\.\s*){k}(?![\d.]*\d)")
+    headings = [m.start() for m in heading.finditer(text)]  # the section itself, first
+    return headings + [m.start() for m in named.finditer(text) if m.start() not in headings]
+
+
 def cited_windows(document: str, where: str) -> list[tuple[int, int]]:
-    """Spans of the normalised ``document`` after each mention of each of ``where``'s keys."""
+    """Spans of the normalised ``document`` after each mention of each of ``where``'s keys
+    (per key, the headings first, then the cross-references)."""
     text = normalise(document)
-    spans = []
-    for key in locator_keys(where):
-        for match in re.finditer(re.escape(key), text):
-            spans.append((match.start(), min(len(text), match.start() + WINDOW)))
-    return spans
+    return [(start, min(len(text), start + WINDOW))
+            for key in locator_keys(where) for start in _mentions(text, key)]
 
 
 @dataclass(frozen=True)
@@ -99,11 +125,11 @@ class Found:
 def find_quoted(document: str, where: str, value: float) -> Found:
     """Look for ``value`` in the cited section of ``document``, then anywhere in it."""
     text = normalise(document)
-    windows = cited_windows(document, where)
     hits = [pos for number, pos in numbers_in(document) if same_number(value, number)]
-    for pos in hits:
-        if any(a <= pos < b for a, b in windows):
-            return Found(value, "section", _context(text, pos))
+    for a, b in cited_windows(document, where):  # headings before cross-references
+        inside = [pos for pos in hits if a <= pos < b]
+        if inside:
+            return Found(value, "section", _context(text, inside[0]))
     if hits:
         return Found(value, "elsewhere", _context(text, hits[0]))
     return Found(value, "missing")
