@@ -21,7 +21,7 @@ from actlab.runner.quoted_numbers import (
     ("$3.233$", [3.233]),
     ("0.2300.230", [0.230]),
     ("77.45∘77.45 76.25∘76.25", [77.45, 76.25]),
-    ("22.7% of 1,000 units", [22.7, 1000.0]),
+    ("22.7% of 1,000 units, 60 % of 5", [0.227, 1000.0, 0.6, 5.0]),
     ("(50,200,20)", [50.0, 200.0, 20.0]),
     ("lr 1e-3 and −0.5", [1e-3, -0.5]),
     ("Figure 9, Table 2, §3 and eq. (12) show 0.5 (3.5)", [0.5, 3.5]),
@@ -32,9 +32,11 @@ def test_numbers_are_read_in_every_format_the_documents_use(text, expected):
     assert all(math.isclose(a, b, rel_tol=1e-12) for a, b in zip(values, expected)), values
 
 
-def test_a_quoted_fraction_matches_its_percentage():
-    assert same_number(0.227, 22.7) and same_number(62.0, 0.62) and same_number(3.233, 3.233)
+def test_a_quoted_fraction_matches_its_percentage_and_nothing_else():
+    (written, _), = numbers_in("22.7%")
+    assert same_number(0.227, written) and same_number(3.233, 3.233)
     assert not same_number(0.227, 0.23)
+    assert not same_number(0.01, 1.0)  # a bare 1 is not 1%
 
 
 def test_locators_become_search_keys():

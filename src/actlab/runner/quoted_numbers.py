@@ -1,7 +1,7 @@
 """Find the numbers a claim credits to a document in the text of the section it cites.
 
 The documents' text comes from PDF or HTML extraction, which writes one number in many
-ways: ``4.73 × 10⁻⁴``, ``4.73 \\times 10^{-4}``, ``$3.233$``, ``22.7%``, ``1,000`` and,
+ways: ``4.73 × 10⁻⁴``, ``4.73 \\times 10^{-4}``, ``$3.233$``, ``22.7%`` (0.227), ``1,000`` and,
 where a formula was rendered twice, ``0.2300.230`` or ``77.45∘77.45``. :func:`numbers_in`
 reads them all as floats; :func:`cited_windows` cuts the stretches of a document that a
 locator such as ``"App. D.6, Table 4"`` points at; :func:`find_quoted` says where a number
@@ -31,7 +31,8 @@ def normalise(text: str) -> str:
 
 
 def numbers_in(text: str) -> list[tuple[float, int]]:
-    """Every number in ``text`` as ``(value, position)`` in the normalised text."""
+    """Every number in ``text`` as ``(value, position)`` in the normalised text; a number
+    written as a percentage (``22.7%``) is read as the fraction (0.227)."""
     text = normalise(text)
     found: list[tuple[float, int]] = []
     taken: list[tuple[int, int]] = []
@@ -46,7 +47,9 @@ def numbers_in(text: str) -> list[tuple[float, int]]:
     for match in _PLAIN.finditer(text):
         if any(a <= match.start() < b for a, b in taken) or _is_reference(text, match):
             continue
-        found.append((float(match.group(0).replace(",", "")), match.start()))
+        value = float(match.group(0).replace(",", ""))
+        percent = text[match.end():match.end() + 2].lstrip().startswith("%")
+        found.append((value / 100.0 if percent else value, match.start()))
     return sorted(found, key=lambda pair: pair[1])
 
 
@@ -62,9 +65,8 @@ def _is_reference(text: str, match: re.Match) -> bool:
 
 
 def same_number(quoted: float, written: float) -> bool:
-    """Whether ``written`` is ``quoted`` as the text could write it (also as a percentage)."""
-    return any(math.isclose(quoted * scale, written, rel_tol=1e-9, abs_tol=1e-12)
-               for scale in (1.0, 100.0, 0.01))
+    """Whether ``written`` (as :func:`numbers_in` reads it) is ``quoted``."""
+    return math.isclose(quoted, written, rel_tol=1e-9, abs_tol=1e-12)
 
 
 def locator_keys(where: str) -> list[str]:
