@@ -1,4 +1,4 @@
-"""Gradient-angle theory (seed 000, eqs. 50–62, Table 2) and the measured-angle helper."""
+"""Gradient-angle theory ("Rethinking Activation Functions", eqs. 50–62, Table 2) and the measured-angle helper."""
 
 from __future__ import annotations
 

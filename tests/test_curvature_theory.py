@@ -1,4 +1,4 @@
-"""Props. B.1–B.2 of seed 000 checked against Hessians / Gauss–Newton matrices of real modules."""
+"""Props. B.1–B.2 of "Rethinking Activation Functions" checked against Hessians / Gauss–Newton matrices of real modules."""
 
 from __future__ import annotations
 

@@ -17,7 +17,7 @@ from actlab.errors import ConfigError, config_check, did_you_mean
 from actlab.nn.norms import parse_norm
 from actlab.nn.residual_mlp import ResidualMLP
 
-RELU_SHIFT = 1 / math.sqrt(6 * math.pi)  # E ReLU(Z), Z ~ N(0, 1/3): eq. 16 of seed 000
+RELU_SHIFT = 1 / math.sqrt(6 * math.pi)  # E ReLU(Z), Z ~ N(0, 1/3): eq. 16 of "Rethinking Activation Functions"
 
 
 def test_functorch_check_exists_and_tells_transforms_apart():

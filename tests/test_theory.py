@@ -16,7 +16,7 @@ from actlab.theory import moments, shift
 from actlab.theory.gaussian import Moments, expectation, gain
 
 # Transcribed from the seed texts themselves (never from the code under test).
-# Handbook (seed 001), "Averages over a Gaussian net input", z ~ N(0, 1):
+# The handbook page "Activations and initialization", "Averages over a Gaussian net input", z ~ N(0, 1):
 # (mean, E[f^2], E[f'^2], gain), four decimals (leaky ReLU's moments five, as printed).
 SEED_AVERAGES = {
     "sigmoid": (0.5000, 0.2934, 0.0448, 1.8462),
@@ -28,7 +28,7 @@ SEED_AVERAGES = {
     "silu": (0.2066, 0.3558, 0.3795, 1.6765),
     "softplus": (0.8061, 0.9212, 0.2934, 1.0419),
 }
-# "Rethinking" paper (seed 000), Table 1 (tanh from App. A): b = E f(Z), Z ~ N(0, 1/3).
+# "Rethinking Activation Functions", Table 1 (tanh from App. A): b = E f(Z), Z ~ N(0, 1/3).
 SEED_SHIFTS = {"relu": 0.230, "gelu": 0.115, "swish": 0.077, "sigmoid": 0.500, "tanh": 0.000}
 
 
