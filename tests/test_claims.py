@@ -60,7 +60,9 @@ def test_compare_within_and_undecided_cases():
     assert compare(0.034, "within-factor", 3.0, reference=0.102) is True
     assert compare(None, "<", 1.0) is None
     assert compare(math.nan, "<", 1.0) is None
-    assert compare(1.0, "compound", 2.0) is None
+    assert compare(1.0, "all-of", 2.0) is None  # judged through its Check, not its main number
+    with pytest.raises(ValueError, match="unknown comparison"):
+        compare(1.0, "compound", 2.0)  # retired: every claim is judged by the runner
     assert compare(1.0, "within", 2.0) is None  # no reference: undecided
     with pytest.raises(ValueError, match="comparison"):
         compare(1.0, "<<", 2.0)
@@ -101,13 +103,13 @@ def test_largest_gap_is_the_max_abs_difference_and_nan_is_infinite():
 def _claim_calls(path: Path) -> list[ast.Call]:
     tree = ast.parse(path.read_text())
     return [node for node in ast.walk(tree) if isinstance(node, ast.Call)
-            and getattr(node.func, "id", None) == "Claim"]
+            and getattr(node.func, "id", None) in ("Claim", "ClaimSpec")]
 
 
 def test_every_claim_site_of_the_experiments_names_an_id():
     folder = Path(actlab.experiments.__file__).parent
     sites = {str(p.relative_to(folder)): _claim_calls(p) for p in sorted(folder.rglob("*.py"))}
-    assert sum(len(calls) for calls in sites.values()) >= 90
+    assert sum(len(calls) for calls in sites.values()) >= 80  # some specs are built in loops
     for name, calls in sites.items():
         for call in calls:
             keywords = {k.arg for k in call.keywords}

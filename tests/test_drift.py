@@ -51,8 +51,8 @@ def test_drift_tiny_run_summary_and_claims(tmp_path):
     assert set(summary["sweep"]["relu"]) == {"sgd:0.05", "momentum:0.05"}
     claims = exp.claims(summary)
     held = {c.claim.split(",")[0]: c.held for c in claims}
-    # Seed 003's claims, decided from the summary here: negative drift in every hidden layer
-    # from layer 2 on and none in layer 1 (positively biased), none for tanh.
+    # The claims of "Bug or Feature²", decided from the summary here: negative drift in every
+    # hidden layer from layer 2 on and none in layer 1 (positively biased), none for tanh.
     for act in ("relu", "sugar"):
         e = acts[act]
         per, first, later = (e["mean_shift_per_layer"], e["mean_shift_first_layer"],

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import re
 from pathlib import Path
 
 import pytest
@@ -88,3 +89,21 @@ def test_train_keeps_the_engine_only():
     for path in sorted((SRC / "train").glob("*.py")):
         for module, _ in _imports(path):
             assert not module.startswith(("actlab.experiments", "actlab.recipes")), (path, module)
+
+
+def test_claims_are_data_judged_by_the_runner_and_name_their_documents():
+    # No experiment builds a Claim by hand (its held would be the experiment's), no
+    # "compound" comparison survives, and no document is called by its file number.
+    offenders = []
+    for path in sorted(FOLDER.rglob("*.py")):
+        text = path.read_text()
+        tree = ast.parse(text)
+        calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call)
+                 and getattr(n.func, "id", None) == "Claim"]
+        offenders += [f"{path.relative_to(SRC)}:{c.lineno} Claim(...)" for c in calls]
+        if '"compound"' in text:
+            offenders.append(f"{path.relative_to(SRC)}: compound")
+    for path in sorted(SRC.rglob("*.py")):
+        if re.search(r"[Ss]eed 00\d", path.read_text()):
+            offenders.append(f"{path.relative_to(SRC)}: a document called by number")
+    assert not offenders, offenders

@@ -25,6 +25,7 @@ from actlab.runner.quoted_numbers import (
     ("(50,200,20)", [50.0, 200.0, 20.0]),
     ("lr 1e-3 and −0.5", [1e-3, -0.5]),
     ("Figure 9, Table 2, §3 and eq. (12) show 0.5 (3.5)", [0.5, 3.5]),
+    ("yields 55–74% sparsity, up to $\\sim 28\\%$", [0.55, 0.74, 0.28]),
 ])
 def test_numbers_are_read_in_every_format_the_documents_use(text, expected):
     values = [v for v, _ in numbers_in(text)]
@@ -37,6 +38,7 @@ def test_a_quoted_fraction_matches_its_percentage_and_nothing_else():
     assert same_number(0.227, written) and same_number(3.233, 3.233)
     assert not same_number(0.227, 0.23)
     assert not same_number(0.01, 1.0)  # a bare 1 is not 1%
+    assert not same_number(1.8e-12, 0.0)  # no absolute slack for tiny numbers
 
 
 def test_locators_become_search_keys():

@@ -110,17 +110,16 @@ def test_teacher_student_experiment_end_to_end(tmp_path):
                 "fig8_post_activation_means", "fig15_all_blocks_relu"):
         assert (tmp_path / "figures" / f"{fig}.png").exists(), fig
     claims = exp.claims(summary)
-    assert any(c.claim == "shifted student ends lower (relu)" for c in claims)
-    held = {c.claim: c.held for c in claims}
-    # The seed's claims, decided from the summary here (each verdict could go either way).
-    assert held["shifted student ends lower (relu)"] is (
+    held = {c.id.removeprefix("teacher-student/relu/"): c.held for c in claims}
+    assert all(c.source_key == "rethinking" for c in claims)
+    # The paper's claims, decided from the summary here (each verdict could go either way).
+    assert held["shifted-ends-lower"] is (
         entry["final_loss_shifted"] < entry["final_loss_unshifted"] and entry["shifted_wins"] > 0.5)
-    assert held["unshifted student learns faster early (relu)"] is (
+    assert held["unshifted-faster-early"] is (
         entry["early_loss_unshifted"] < entry["early_loss_shifted"])
-    assert held["unshifted hidden state overshoots more (relu)"] is (
+    assert held["unshifted-overshoots-more"] is (
         entry["overshoot_unshifted"] > entry["overshoot_shifted"])
-    assert held["shifted student is flatter (final Hessian lambda_max, relu)"] is (
-        entry["sharpness_shifted"] < entry["sharpness_unshifted"])
+    assert held["shifted-flatter"] is (entry["sharpness_shifted"] < entry["sharpness_unshifted"])
 
 
 def test_shift_sweep_size_sweep_ablations_end_to_end(tmp_path):

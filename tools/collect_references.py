@@ -42,6 +42,7 @@ from actlab.runner.atomic import dumps  # noqa: E402
 from actlab.runner.config import build_config  # noqa: E402
 from actlab.runner.driver import summarize_records  # noqa: E402
 from actlab.runner.experiment import RunContext, get_experiment, list_experiments  # noqa: E402
+from actlab.runner.plan import point_label  # noqa: E402
 from actlab.runner.references import REFERENCE, REFERENCES_FILE  # noqa: E402
 
 RESULTS = ROOT / "docs" / "results"
@@ -118,13 +119,19 @@ def rejudge(exp_name: str) -> list[str]:
     moved = []
     for summary_path in sorted((RESULTS / exp_name).rglob("summary.json")):
         folder = summary_path.parent
-        old = {c["id"]: c.get("held") for c in json.loads((folder / "claims.json").read_text())}
-        claims = [{**json.loads(dumps(c)), "point": ""}
-                  for c in experiment.claims(json.loads(summary_path.read_text()))]
+        old = {(c.get("point", ""), c["id"]): c.get("held")
+               for c in json.loads((folder / "claims.json").read_text())}
+        summary = json.loads(summary_path.read_text())
+        # a grid run's summary is {"points": [{"point": {...}, "summary": {...}}, ...]}
+        points = (summary["points"] if set(summary) == {"points"}
+                  else [{"point": {}, "summary": summary}])
+        claims = [{**json.loads(dumps(c)), "point": point_label(p["point"])}
+                  for p in points for c in experiment.claims(p["summary"])]
         (folder / "claims.json").write_text(dumps(claims))
         where = folder.relative_to(RESULTS)
-        moved += [f"{where}: {c['id']}: {old.get(c['id'], 'new')} -> {c['held']}"
-                  for c in claims if old.get(c["id"], "new") != c["held"]]
+        moved += [f"{where}: {c['point']} {c['id']}: {old.get((c['point'], c['id']), 'new')} -> "
+                  f"{c['held']}" for c in claims
+                  if old.get((c["point"], c["id"]), "new") != c["held"]]
     return moved
 
 
@@ -183,7 +190,8 @@ def _run_entry(dest: Path) -> dict[str, Any]:
         claims[claim["id"]] = {
             "value": claim.get("value"),
             "held": claim.get("held"),
-            "spread": statistics.stdev(samples) if len(samples) >= 2 else None,
+            "spread": (statistics.stdev(samples) if len(samples) >= 2
+                       and claim.get("value") is not None else None),
             "measured": claim.get("measured", ""),
         }
     entry = {"status": REFERENCE, "scale": config["scale"], "seeds": len(config["seeds"]),

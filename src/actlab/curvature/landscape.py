@@ -1,4 +1,5 @@
-"""Loss landscapes on 2-D planes through parameter space (seed 000, §2.3, eqs. 4–5).
+"""Loss landscapes on 2-D planes through parameter space ("Rethinking Activation Functions",
+§2.3, eqs. 4–5).
 
 The plane through ``θ₀`` spanned by ``d₁, d₂`` is evaluated as ``L(θ₀ + α d₁ + β d₂)``
 with :func:`torch.func.functional_call` on detached copies, so the caller's model is

@@ -2,7 +2,7 @@
 
 Point ``root`` at the folder holding ``data_batch_1`` .. ``data_batch_5`` and
 ``test_batch`` (or at its parent containing ``cifar-10-batches-py``). Images are scaled to
-[0, 1] and normalized per channel with the usual CIFAR-10 statistics (seed 003, App. D.1).
+[0, 1] and normalized per channel with the usual CIFAR-10 statistics ("Bug or Feature²", App. D.1).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Random regression pairs: inputs and targets drawn independently from N(0, 1).
 
 With no relation between ``x`` and ``y``, whatever a network does to its weights while
-fitting them under MSE is a property of the optimization, not of the data (seed 003 §3).
+fitting them under MSE is a property of the optimization, not of the data ("Bug or Feature²" §3).
 """
 
 from __future__ import annotations

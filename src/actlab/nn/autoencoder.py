@@ -1,11 +1,11 @@
 """A small VGG-style convolutional autoencoder and the activation-bias decomposition of its latent.
 
-Seed 000 §3 and App. D: the encoder is the front of a VGG network (stages of 3x3 convolutions,
-each followed by the activation, with 2x2 max-pooling between stages); the latent ``h`` is the
-encoder's final *post-activation* output with many channels. The decoder mirrors it
-(3x3 convolutions and nearest-neighbour upsampling) and ends in a plain convolution to the
-image channels. Every activation in both halves comes from one spec string, so the shifted
-model (``relu:shift=theory``) replaces each ReLU with ``ReLU(z) - b``.
+"Rethinking Activation Functions" §3 and App. D: the encoder is the front of a VGG network
+(stages of 3x3 convolutions, each followed by the activation, with 2x2 max-pooling between
+stages); the latent ``h`` is the encoder's final *post-activation* output with many channels.
+The decoder mirrors it (3x3 convolutions and nearest-neighbour upsampling) and ends in a plain
+convolution to the image channels. Every activation in both halves comes from one spec string,
+so the shifted model (``relu:shift=theory``) replaces each ReLU with ``ReLU(z) - b``.
 
 For the analysis of eq. 8, :func:`bias_decomposition` splits ``h`` at every spatial location
 ``p`` into the *bias component* ``h_bias = mean_c(h_p) * 1`` (the channel mean broadcast

@@ -1,4 +1,5 @@
-"""CPU-scale image classifiers by kind: the seed's MLP (with or without skips), a ResNet, a ViT."""
+"""CPU-scale image classifiers by kind: the MLP of "Bug or Feature²" App. D.2 (with or without
+skips), a ResNet, a ViT."""
 
 from __future__ import annotations
 
@@ -17,8 +18,9 @@ def build_classifier(kind: str, data: Any, activation: str, *, pre_norm: str | N
                      seed: int = 0) -> nn.Module:
     """A CPU-scale classifier for ``data`` (an :class:`~actlab.data.digits.ImageData`).
 
-    ``kind``: ``mlp`` / ``mlp-skip`` (the seed's 5-block MLP, hidden ``hidden``), ``resnet``
-    (widths 8-16-32, BatchNorm) or ``vit`` (width 32, 2 blocks, 2 heads, 16 patches).
+    ``kind``: ``mlp`` / ``mlp-skip`` (the 5-block MLP of "Bug or Feature²", hidden
+    ``hidden``), ``resnet`` (widths 8-16-32, BatchNorm) or ``vit`` (width 32, 2 blocks,
+    2 heads, 16 patches).
     ``pre_norm`` is the norm directly before every activation (the MLP's and ResNet's norm,
     the ViT's ``mlp_norm``), ``norm`` the ViT's pre-norms (``layernorm`` by default);
     ``None`` keeps each model's default. Parameters are drawn from ``seed``.

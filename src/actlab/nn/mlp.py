@@ -1,12 +1,13 @@
-"""The plain MLP of the weight-drift study (seed 003, App. D.2), with optional skips and norms.
+"""The plain MLP of the weight-drift study ("Bug or Feature²" App. D.2), with optional skips
+and norms.
 
 Layout: an input projection ``Linear(in, d) -> [Norm] -> Act`` (layer 1), ``depth`` blocks
 ``Linear(d, d) -> [Norm] -> Act`` (layers 2 .. depth+1), and an output ``Linear(d, out)``.
-All linear layers omit biases by default and no normalization is used, as in the seed.
+All linear layers omit biases by default and no normalization is used, as in "Bug or Feature²".
 With ``skip=True`` each block adds its input back: ``x + Act(Norm(Linear(x)))``.
 
-We read the seed's "input projection" as followed by the activation, so that every block's
-weight matrix sees a post-activation input: this is the condition under which the seed's
+We read the paper's "input projection" as followed by the activation, so that every block's
+weight matrix sees a post-activation input: this is the condition under which the paper's
 argument predicts drift (its App. C.2), and it matches drift in layers 2..6 and none in
 layer 1. The norm, when there is one, sits between the linear layer and the activation, so
 Percentile Centering directly sets the fraction of negative activation inputs.
@@ -40,7 +41,8 @@ class MLPBlock(nn.Module):
 
 
 class MLP(nn.Module):
-    """The seed's MLP: input projection, ``depth`` blocks, linear output (see module docstring).
+    """The MLP of "Bug or Feature²": input projection, ``depth`` blocks, linear output (see the
+    module docstring).
 
     Inputs of any shape ``(N, ...)`` are flattened. ``activation`` is a spec string
     (e.g. ``"relu"``, ``"gelu:topk=0.1"``) or a module (deep-copied into every block), ``norm`` a :func:`~actlab.nn.norms.make_norm`

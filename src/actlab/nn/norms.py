@@ -290,7 +290,7 @@ def _scatter_selected(grad_x: Tensor, layout: str, idx: Tensor, values: Tensor) 
 class RMSNorm(nn.Module):
     """Root-mean-square normalization without centering: ``x / sqrt(mean(x^2) + eps) * w``.
 
-    Normalizes over the last dimension (``dim`` features), as in the seed's App. D.1
+    Normalizes over the last dimension (``dim`` features), as in "Bug or Feature²" App. D.1
     (``eps = 1e-6``, learned scale ``w``). It does not subtract the mean, so it does not
     counteract weight drift the way LayerNorm and BatchNorm do.
     """

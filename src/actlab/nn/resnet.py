@@ -1,7 +1,7 @@
 """A small CIFAR-style ResNet (BasicBlocks, BatchNorm by default) for CPU-scale studies.
 
 It follows ResNet-18's design (3x3 stem, BasicBlock units, stride-2 stages, global average
-pooling, one linear head, convolutions without biases as in seed 003 App. D.1) at a width
+pooling, one linear head, convolutions without biases as in "Bug or Feature²" App. D.1) at a width
 and depth that train on two CPU cores: by default three stages of one block each with
 16, 32 and 64 channels. Every norm sits directly before an activation (except the one
 ending each block's residual branch), so Percentile Centering there controls sparsity.

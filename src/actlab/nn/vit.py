@@ -9,7 +9,7 @@ the first block.
 :func:`~actlab.nn.norms.make_norm` name); ``mlp_norm`` optionally puts a norm between the
 MLP's up-projection and its activation (``none`` by default), which is where Percentile
 Centering controls the activation's sparsity. Linear layers omit biases by default, as in
-seed 003 App. D.1.
+"Bug or Feature²" App. D.1.
 """
 
 from __future__ import annotations

@@ -13,7 +13,8 @@ tensor unless stated otherwise):
 Activation site, forward (pre-activation ``p`` = the site's input, activation ``a`` = its output)
     ``preact_neg_frac`` share of ``p < 0``; ``preact_mean``, ``preact_std`` (population std);
     ``act_mean`` (the activation bias), ``act_std``; ``sparsity`` share of ``|a| < eps``;
-    ``act_max``, ``act_min``, ``act_range = act_max - act_min`` (the spike measure of seed 003);
+    ``act_max``, ``act_min``, ``act_range = act_max - act_min`` (the spike measure of
+    "Bug or Feature²");
     ``saturation_frac`` (bounded activations only) share of ``a`` within ``tol`` of either
     output bound (``tol = 0.01``: tanh ``|a| > 0.99``, sigmoid ``a < 0.01`` or ``a > 0.99``).
 
@@ -28,12 +29,13 @@ Activation site, backward (``g = dL/dp`` for the loss ``L`` that is backpropagat
 
 Linear / conv weight ``w`` (``w_0`` at probe creation, ``w_prev`` at the previous record)
     ``weight_mean``, ``weight_std`` (population), ``weight_neg_frac``;
-    ``drift_z = mean|w - w_0| / std(w_0)`` (seed 003's Z-score); ``dist_from_init =
+    ``drift_z = mean|w - w_0| / std(w_0)`` ("Bug or Feature²"'s Z-score); ``dist_from_init =
     ||w - w_0||_F``; ``update_norm = ||w - w_prev||_F``; ``grad_norm = ||dL/dw||_F`` and
     ``grad_mean = mean(dL/dw)`` of the gradient accumulated in the recorded step.
 
 Block
-    ``hidden_mean``: mean of the block's output over all elements and inputs (seed 000 §2.2).
+    ``hidden_mean``: mean of the block's output over all elements and inputs ("Rethinking
+    Activation Functions" §2.2).
 """
 
 from __future__ import annotations

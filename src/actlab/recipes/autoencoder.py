@@ -1,4 +1,5 @@
-"""Recipe: train a conv autoencoder and decode its latent's bias component (seed 000 §3, eq. 8).
+"""Recipe: train a conv autoencoder and decode its latent's bias component ("Rethinking
+Activation Functions" §3, eq. 8).
 
 :func:`train_autoencoder` builds a :class:`~actlab.nn.autoencoder.ConvAutoencoder` (He
 normal init with fan_out and zero biases as torchvision's VGG, drawn from a generator

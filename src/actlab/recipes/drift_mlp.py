@@ -1,4 +1,4 @@
-"""Recipe: train the seed's bias-free MLP and record how its weights drift (seed 003 §2-3).
+"""Recipe: train the bias-free MLP of "Bug or Feature²" (§2-3) and record how its weights drift.
 
 :func:`train_drift_mlp` builds an :class:`~actlab.nn.mlp.MLP` (no biases, no norms) from a
 :class:`DriftMLP` spec, initialises it from a generator seeded with ``seed`` (so models of

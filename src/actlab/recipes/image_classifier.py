@@ -1,5 +1,5 @@
 """The image classifier recipe: train a CPU-scale classifier with Adam, then measure test
-accuracy and its activations (seed 003's digits/CIFAR experiments).
+accuracy and its activations (the digits/CIFAR experiments of "Bug or Feature²").
 
 A config using the recipe has the fields of :class:`ImageTrainingConfig` (``steps``,
 ``batch_size``, ``lr``, ``vit_lr``, ``cifar_dir``, ``cifar_limit``) and calls
@@ -19,8 +19,8 @@ A config using the recipe has the fields of :class:`ImageTrainingConfig` (``step
 
 :func:`activation_statistics` measures any model alone: per activation site
 (:func:`actlab.surgery.find_activations`) the share of negative inputs (``preact_neg_frac``)
-and of outputs with ``|a| < 1e-7`` (``sparsity``, seed 003 App. D.1), pooled over all inputs,
-in eval mode, plus their mean over the sites.
+and of outputs with ``|a| < 1e-7`` (``sparsity``, "Bug or Feature²" App. D.1), pooled over
+all inputs, in eval mode, plus their mean over the sites.
 """
 
 from __future__ import annotations
@@ -100,8 +100,8 @@ def activation_statistics(model: nn.Module, x: Tensor, *, batch_size: int = 512,
     """Per activation site, the probe's ``metrics`` pooled over all of ``x``, plus ``"mean"``.
 
     ``preact_neg_frac`` is the share of negative activation inputs, ``sparsity`` the share of
-    outputs with ``|a| < 1e-7`` (seed 003 App. D.1). ``"mean"`` averages the sites. Runs in
-    eval mode unless ``eval_mode=False``; the model's mode is restored.
+    outputs with ``|a| < 1e-7`` ("Bug or Feature²" App. D.1). ``"mean"`` averages the sites.
+    Runs in eval mode unless ``eval_mode=False``; the model's mode is restored.
     """
     from actlab.probe.measure import measure_once
 

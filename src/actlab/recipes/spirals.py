@@ -1,5 +1,6 @@
 """The handbook's binary SGD on the two spirals: one sigmoid output, the cross-entropy cost,
-plain mini-batch SGD (seed 001; used by ``init-study``, ``dead-units`` and ``pitfalls``).
+plain mini-batch SGD (the handbook page "Activations and initialization"; used by
+``init-study``, ``dead-units`` and ``pitfalls``).
 
 The cost is computed from the output's net input (:func:`actlab.train.losses.bce_logits`),
 so it stays finite when the sigmoid saturates; a cost that still overflows marks the run

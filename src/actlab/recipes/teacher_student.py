@@ -1,5 +1,6 @@
 """Paired teacher-student students: one fixed teacher per seed, students that differ only in
-their activation, trained together as one vmapped ensemble (seed 000, §2 and App. A-C).
+their activation, trained together as one vmapped ensemble
+("Rethinking Activation Functions", §2 and Apps. A-C).
 
 For one activation, :func:`train_students` trains every student condition (e.g. unshifted
 and ``shift=theory``, or a grid of shifts) for all seeds in one

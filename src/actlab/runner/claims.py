@@ -10,8 +10,6 @@ number measured, ``comparison`` how it is judged against ``threshold``:
 - ``"within-factor"``: ``reference / threshold <= value <= reference * threshold``;
 - ``"in"``: a label among allowed labels (a categorical verdict);
 - ``"all-of"`` / ``"any-of"``: several of the above, judged together;
-- ``"compound"``: (being retired) ``held`` was computed by the experiment; :func:`compare`
-  does not decide it.
 
 Claims are declared as data with :class:`ClaimSpec`: an id, a text and a "measured" template
 filled from the numbers (each threshold written once), a :class:`Check` (or
@@ -36,7 +34,7 @@ ID_PATTERN = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*(?:/[a-z0-9.]+(?:-[a-z0-9.]+)
 SIMPLE = ("<", "<=", ">", ">=")
 LEAF_OPS = (*SIMPLE, "within", "within-factor", "in")
 COMBINATORS = ("all-of", "any-of")
-COMPARISONS = (*LEAF_OPS, *COMBINATORS, "compound", "")
+COMPARISONS = (*LEAF_OPS, *COMBINATORS, "")
 
 
 def slug(text: Any) -> str:
@@ -55,11 +53,12 @@ def compare(value: float | None, comparison: str, threshold: float | None,
     """The verdict of ``value`` against ``threshold``; ``None`` when it cannot be decided.
 
     Undecided when the value or threshold is missing or not finite, or the comparison is not
-    a simple one (``"compound"``, ``""``). Raises ``ValueError`` on an unknown comparison.
+    a simple one (``"in"``, a combinator or ``""``: judge those through their
+    :class:`Check`). Raises ``ValueError`` on an unknown comparison.
     """
     if comparison not in COMPARISONS:
         raise ValueError(f"unknown comparison {comparison!r}; use one of {', '.join(COMPARISONS[:-1])}")
-    if value is None or threshold is None or comparison in ("in", *COMBINATORS, "compound", ""):
+    if value is None or threshold is None or comparison in ("in", *COMBINATORS, ""):
         return None
     if not (math.isfinite(value) and math.isfinite(threshold)):
         return None

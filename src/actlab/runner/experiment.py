@@ -8,7 +8,8 @@ in one unit so that a vmapped ensemble trains them together). Each unit returns 
 :class:`UnitResult` that the runner saves atomically as soon as it ends, so a sweep can
 resume. When all units are done, ``summarize`` reads the tidy table of every unit's rows,
 draws figures and returns ``summary.json``'s content; ``claims`` turns that summary
-into the rows of the reproduction table (claim from the seeds, value measured, held?).
+into the rows of the reproduction table (claim, from a document or ours; value measured;
+held?).
 """
 
 from __future__ import annotations
@@ -55,7 +56,8 @@ class UnitResult:
 
 @dataclass
 class Claim:
-    """One row of the headline table: a claim of the seeds, what we measured, whether it held.
+    """One row of the headline table: a claim (a document's or ours), what we measured, whether
+    it held.
 
     ``claim``, ``measured`` and ``source`` are text for people. ``id`` addresses the claim
     across runs (``experiment/condition/slug``), ``value`` is the number measured (``None``

@@ -21,12 +21,16 @@ _SCIENTIFIC = re.compile(r"(?<![\w.])(-?\d+(?:\.\d+)?)\s*(?:×|\\times|\\cdot|·
                          r"(?:\^\s*\{?\s*([-+]?\d+)\s*\}?|([⁻⁺]?[⁰¹²³⁴⁵⁶⁷⁸⁹]+))")
 _E_NOTATION = re.compile(r"(?<![\w.])(-?\d+(?:\.\d+)?[eE][-+]?\d+)(?![\w.])")
 _PLAIN = re.compile(r"(?<![\w.])-?(?:\d{1,3}(?:,\d{3})+(?![,\d])|\d+)(?:\.\d+)?")
+_RANGE_PERCENT = re.compile(r"(?<![\w.])(\d+(?:\.\d+)?)\s*-\s*(\d+(?:\.\d+)?)\s*%")
 WINDOW = 4000  # characters after a locator's mention that count as "its section"
 
 
 def normalise(text: str) -> str:
     """The text with minus signs, TeX dollars and doubled renderings made plain."""
     text = text.replace("−", "-").replace("–", "-").replace("$", " ").replace("{,}", ",")
+    text = text.replace("\\%", "%").replace("\\sim", "~")
+    # "55-74%": the percent sign of a range's end belongs to its start too
+    text = _RANGE_PERCENT.sub(r"\1% to \2%", text)
     return _DOUBLED.sub(r"\1", text)
 
 
@@ -66,7 +70,7 @@ def _is_reference(text: str, match: re.Match) -> bool:
 
 def same_number(quoted: float, written: float) -> bool:
     """Whether ``written`` (as :func:`numbers_in` reads it) is ``quoted``."""
-    return math.isclose(quoted, written, rel_tol=1e-9, abs_tol=1e-12)
+    return math.isclose(quoted, written, rel_tol=1e-9)  # no absolute slack: 1e-14 is not 0
 
 
 def locator_keys(where: str) -> list[str]:

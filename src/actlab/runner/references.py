@@ -1,6 +1,6 @@
 """Reference results: each experiment's claims as measured at its reference scale.
 
-A quick run is a smoke test; whether a seed's finding holds is decided at scale. The
+A quick run is a smoke test; whether a document's finding holds is decided at scale. The
 reference runs live in the repository under ``docs/results/<experiment>/`` (summary,
 claims, config, env with commit, machine and wall time, figures); their claim values are
 collected into ``references.json`` next to this module (by ``tools/collect_references.py``)

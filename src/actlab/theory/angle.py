@@ -1,4 +1,5 @@
-"""Angle between unshifted and shifted gradients early in training (seed 000, App. B.2, eqs. 50–62).
+"""Angle between unshifted and shifted gradients early in training ("Rethinking Activation
+Functions", App. B.2, eqs. 50–62).
 
 Setting: only a down-projection ``B`` is trained with gradient descent (learning rate
 ``η``) on ``½E‖B a(x) − B⋆ a(x)‖²``, with ``E[a] = μ1`` and ``Cov(a) = qI`` in ``m``

@@ -1,4 +1,5 @@
-"""Activation mean and loss-landscape sharpness (seed 000, App. B.1, Props. B.1–B.2).
+"""Activation mean and loss-landscape sharpness ("Rethinking Activation Functions", App. B.1,
+Props. B.1–B.2).
 
 Prop. B.1 — a single trainable down-projection ``B`` (``d_out × m``) on fixed activations
 ``a(x)`` shifted by a scalar ``b``: the Hessian of ``½E‖B(a − b1) − y‖²`` is

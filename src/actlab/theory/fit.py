@@ -1,6 +1,6 @@
 """The sparsity cliff: fit ``a(s) = A - B * s**N`` to performance against sparsity.
 
-Seed 003 §4.1 normalizes each architecture-and-method group's performance by its maximum,
+"Bug or Feature²" §4.1 normalizes each architecture-and-method group's performance by its maximum,
 pools all (sparsity, performance) points and fits the three-parameter power law by
 nonlinear least squares (their fit: A = 0.978, B = 0.635, N = 16.72, R^2 = 0.565). ``A`` is
 the performance at zero sparsity, ``B`` the largest possible drop, ``N`` the sharpness;
@@ -95,7 +95,7 @@ def fit_cliff(sparsity: Sequence[float], performance: Sequence[float]) -> CliffF
 
 
 def normalize_by_group(values: Sequence[float], groups: Sequence[Hashable]) -> np.ndarray:
-    """Each value divided by the largest value of its group (seed 003 §4.1's scaling)."""
+    """Each value divided by the largest value of its group ("Bug or Feature²" §4.1's scaling)."""
     v = np.asarray(values, dtype=float)
     out = np.empty_like(v)
     labels = list(groups)

@@ -1,11 +1,11 @@
-"""``ablations``: does the shifted student still win under other set-ups? (seed 000, App. C.3).
+"""``ablations``: does the shifted student still win under other set-ups?
 
-Three variants of the ReLU teacher-student pair, everything else unchanged (Fig. 14):
-``post_norm`` (LayerNorm on the residual sum instead of the block input), ``bias``
-(trainable biases in every projection of teacher and students) and ``soft_ce``
-(soft-target cross-entropy against the teacher's softmax instead of MSE). Under ``soft_ce``
-the logged evaluation loss is the KL divergence to the teacher (cross-entropy minus the
-teacher's entropy), so that it goes to zero like the MSE does.
+"Rethinking Activation Functions", App. C.3. Three variants of the ReLU teacher-student
+pair, everything else unchanged (Fig. 14): ``post_norm`` (LayerNorm on the residual sum
+instead of the block input), ``bias`` (trainable biases in every projection of teacher and
+students) and ``soft_ce`` (soft-target cross-entropy against the teacher's softmax instead
+of MSE). Under ``soft_ce`` the logged evaluation loss is the KL divergence to the teacher
+(cross-entropy minus the teacher's entropy), so that it goes to zero like the MSE does.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Fig. 14 of the seed: the pair's loss curves under each variant."""
+"""Fig. 14 of "Rethinking Activation Functions": the pair's loss curves under each variant."""
 
 from __future__ import annotations
 

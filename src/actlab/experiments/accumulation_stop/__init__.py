@@ -1,12 +1,12 @@
 """``accumulation-stop``: training speed with LayerNorm, BatchNorm, Percentile Centering, and
-Percentile Centering frozen after warm-up (seed 003 §7, App. B.4).
+Percentile Centering frozen after warm-up ("Bug or Feature²" §7, App. B.4).
 
 Each model trains on digits with each norm; Percentile Centering computes its statistics
 every step (``percentile``) or only for ``warmup`` steps, after which Accumulation Stop freezes
 them (``percentile-frozen``). Throughput after warm-up is steps per second of this thread's CPU
 time (robust to a shared machine), the median over blocks of steps as in
 ``benchmarks/percentile.py``, reported as a ratio to LayerNorm with its noise (within the noise
-of 1.0 the speed claim is undecided), with test accuracy beside it. The seed measured GPU
+of 1.0 the speed claim is undecided), with test accuracy beside it. The paper measured GPU
 throughput (DiT-S/2, MaxViT-T): up to 28% slower while computing percentiles, 1.00-1.34x the
 baseline once frozen, quality within 2%.
 """
@@ -103,7 +103,7 @@ class AccumulationStop(Experiment):
     name = "accumulation-stop"
     headline_figure = "accumulation_stop"
     description = ("Steps/s and accuracy with LayerNorm, BatchNorm, Percentile Centering and "
-                   "Percentile Centering frozen after warm-up (seed 003 §7)")
+                   "Percentile Centering frozen after warm-up (\"Bug or Feature²\" §7)")
     Config = AccumulationStopConfig
     quick = {"steps": 200, "warmup": 50}
     full = {"steps": 1500, "warmup": 300}

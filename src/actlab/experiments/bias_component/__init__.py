@@ -1,10 +1,11 @@
 """``bias-component``: what a conv autoencoder decodes from the activation-bias component.
 
-Seed 000 §3, eq. 8, Figs. 5, 17, 18 and App. D. A small VGG-style autoencoder
-(:class:`~actlab.nn.autoencoder.ConvAutoencoder`) learns to reconstruct images with plain
-``relu`` (unshifted) or ``relu:shift=theory`` (every ReLU becomes ``ReLU(z) - 0.23``). Both
-models of a seed start from the same weights and see the same batches. At log- and
-linearly-spaced checkpoints, on a fixed set of held-out images, we measure
+"Rethinking Activation Functions" §3, eq. 8, Figs. 5, 17, 18 and App. D. A small VGG-style
+autoencoder (:class:`~actlab.nn.autoencoder.ConvAutoencoder`) learns to reconstruct images
+with plain ``relu`` (unshifted) or ``relu:shift=theory`` (every ReLU becomes
+``ReLU(z) - 0.23``). Both models of a seed start from the same weights and see the same
+batches. At log- and linearly-spaced checkpoints, on a fixed set of held-out images, we
+measure
 
 * the reconstruction loss (per-pixel mean squared error; Fig. 17's residual is shifted minus
   unshifted);
@@ -103,7 +104,7 @@ class BiasComponent(Experiment):
     name = "bias-component"
     headline_figure = "fig17_loss_residual"
     description = ("Conv autoencoder: reconstructions from the activation-bias component (eq. 8), "
-                   "unshifted vs shifted ReLU (seed 000 §3, App. D)")
+                   "unshifted vs shifted ReLU (\"Rethinking Activation Functions\" §3, App. D)")
     Config = BiasComponentConfig
     quick = {"steps": 700, "log_points": 24, "n_eval": 128}
     full = {"steps": 6000, "log_points": 50}
@@ -144,7 +145,7 @@ class BiasComponent(Experiment):
         """Similarity peaks and final values per model, loss residuals; the figures."""
         summary = build_summary(config, table, results)
         draw_figures(table, results, ctx)
-        # Which of the seed's effects this run reproduced, in words (from the claims).
+        # Which of the paper's effects this run reproduced, in words (from the claims).
         summary["note"] = [f"{'reproduced' if c.held else 'NOT reproduced'}: {c.claim} "
                            f"({c.measured})" for c in self.claims(summary)]
         return summary

@@ -1,6 +1,7 @@
 """``dead-units``: ReLU units killed by a large learning rate, and the dead units of a fresh deep stack.
 
-Two parts (seed 001, "Dead ReLUs"), on the two spirals of :mod:`actlab.data.spirals`:
+Two parts (the handbook page "Activations and initialization", "Dead ReLUs"), on the two
+spirals of :mod:`actlab.data.spirals`:
 
 1. *learning rate*: one hidden layer of 128 units, He initialization with zero biases,
    sigmoid output with cross-entropy, plain SGD with batches of 20 for 30 epochs: ReLU at
@@ -103,7 +104,8 @@ class DeadUnitsExperiment(Experiment):
     name = "dead-units"
     headline_figure = "dead_units"
     description = ("Dead ReLUs: one layer of 128 units at lr 4.0 vs 0.5 and leaky ReLU; dead "
-                   "units of a fresh 20x32 He ReLU stack, whole set vs one batch (seed 001).")
+                   "units of a fresh 20x32 He ReLU stack, whole set vs one batch (the handbook "
+                   "page \"Activations and initialization\").")
     Config = DeadUnitsConfig
     quick: dict = {}  # a few seconds per seed: quick is the full protocol
     default_seeds = 3

@@ -1,8 +1,8 @@
 """``drift``: negative weight drift, the positive pre-activation gradient and emerging sparsity.
 
-Seed 003 §2-3, App. A.4, B.1 and D.2. The 5-block MLP without biases or norms (hidden 128)
-trains on random N(0, 1) pairs (half squared error) and on scikit-learn's digits
-(cross-entropy) for relu, gelu, silu, tanh, noisy_relu and sugar. A probe records, per
+"Bug or Feature²" §2-3, App. A.4, B.1 and D.2. The 5-block MLP without biases or norms
+(hidden 128) trains on random N(0, 1) pairs (half squared error) and on scikit-learn's
+digits (cross-entropy) for relu, gelu, silu, tanh, noisy_relu and sugar. A probe records, per
 layer, the weight mean and the drift Z-score ``E|w_t - w_0| / std(w_0)``, the mean
 gradient at the pre-activations next to the covariance term, and the share of negative
 pre-activations and of zero activations (the recipe :mod:`actlab.recipes.drift_mlp`).
@@ -13,14 +13,14 @@ seed, so runs are paired):
 * ``main``: random data, the default optimizer (SGD, lr 0.01, batch 128), He init;
 * ``default-init``: the same with PyTorch's default Linear init, which shrinks the signal
   through the stack so that the drift nearly vanishes (shown beside ``main``);
-* ``skip``: the MLP with skip connections, trained with Adam (lr 1e-3) as in the seed's
+* ``skip``: the MLP with skip connections, trained with Adam (lr 1e-3) as in the paper's
   App. B.1.3 (with He init the residual sum grows with depth and SGD diverges);
-* ``digits``: real images, cross-entropy, Adam (lr 1e-3, as the seed's App. D.2);
+* ``digits``: real images, cross-entropy, Adam (lr 1e-3, as the paper's App. D.2);
 * ``sweep``: SGD / SGD+momentum / Adam at two learning rates each (relu, gelu).
 
 The weight layers are ``layer1`` (input projection, sees the data) .. ``layer6`` (hidden)
 and ``layer7`` (output head). ``mean_shift_later_layers`` averages the hidden layers 2..6:
-the seed's argument concerns layers whose output passes an activation, which the head's
+the paper's argument concerns layers whose output passes an activation, which the head's
 does not (its shift is reported separately as ``mean_shift_output_layer``).
 """
 
@@ -114,7 +114,7 @@ class Drift(Experiment):
     name = "drift"
     headline_figure = "drift_main"
     description = ("Weight drift, positive pre-activation gradient and emerging sparsity in the "
-                   "seed's MLP on random data and digits (seed 003 §2-3)")
+                   "paper's MLP on random data and digits (\"Bug or Feature²\" §2-3)")
     Config = DriftConfig
     quick = {"steps": 400, "record_every": 50, "n_random": 6400,
              "sweep": ["sgd:0.01", "sgd:0.05", "momentum:0.01", "adam:0.001"],

@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from actlab.experiments.gallery import GalleryConfig
 
-# Seed 001, "Averages over a Gaussian net input": mean, E f², E f'², gain (z ~ N(0, 1)).
+# The handbook page "Activations and initialization", "Averages over a Gaussian net input":
+# mean, E f², E f'², gain (z ~ N(0, 1)).
 PUBLISHED_AVERAGES = {
     "sigmoid": (0.5000, 0.2934, 0.0448, 1.8462),
     "tanh": (0.0, 0.3943, 0.4644, 1.5925),
@@ -21,7 +22,8 @@ PUBLISHED_AVERAGES = {
     "softplus": (0.8061, 0.9212, 0.2934, 1.0419),
 }
 AVERAGE_KEYS = ("mean", "second_moment", "slope_second_moment", "gain")
-# Seed 000, Table 1 (tanh from App. A, eq. 19): b = E f(Z), Z ~ N(0, 1/3), three decimals.
+# "Rethinking Activation Functions", Table 1 (tanh from App. A.1, eq. 19): b = E f(Z),
+# Z ~ N(0, 1/3), three decimals.
 PUBLISHED_SHIFTS = {"relu": 0.230, "gelu": 0.115, "swish": 0.077, "sigmoid": 0.500, "tanh": 0.0}
 # Nonlinearities both conventions support: torch.nn.init.calculate_gain vs the fixed point.
 GAIN_NAMES = ("linear", "conv2d", "relu", "leaky_relu", "tanh", "sigmoid", "selu")

@@ -1,5 +1,5 @@
 """``gated-ffn``: plain ReLU/GELU FFNs vs ReGLU/GEGLU/SwiGLU at matched parameters, under the
-controlled-selection protocol of seed 002.
+controlled-selection protocol of the notes "Activations and Gated Feed-Forward Networks".
 
 Protocol, fixed before any run (the config holds every choice and threshold):
 
@@ -76,7 +76,8 @@ class GatedFFNExperiment(Experiment):
     name = "gated-ffn"
     headline_figure = "gated_ffn"
     description = ("GPT with plain relu/gelu FFNs vs ReGLU/GEGLU/SwiGLU at matched parameters: "
-                   "widths, params, FLOPs/token, peak memory, tokens/s, val loss (seed 002).")
+                   "widths, params, FLOPs/token, peak memory, tokens/s, val loss (the notes "
+                   "\"Activations and Gated Feed-Forward Networks\").")
     Config = GatedFFNConfig
     quick = {"compile_model": "off",
              "n_layer": 2, "n_embd": 64, "block_size": 64, "batch_size": 16, "steps": 250,

@@ -1,13 +1,21 @@
-"""The claims of the ``gated-ffn`` experiment, read from its summary."""
+"""The claims of the ``gated-ffn`` experiment, read from its summary.
+
+The notes "Activations and Gated Feed-Forward Networks" state the parameter match
+``g = 2m/3`` ("GLUs and Gated FFNs") and that equal counts do not make equal speed ("Failure
+Modes": end-to-end throughput, not FLOPs alone). The FLOP match, the gated variants' win
+(reported by GLU Variants Improve Transformer, which the notes cite only for the parameter
+count) and the stability of every run are ours; so are the tolerances.
+"""
 
 from __future__ import annotations
 
 import numpy as np
 
-from actlab.runner.claims import claim_id
+from actlab.runner.claims import ClaimSpec, claim_id, ge, judge_all, le, lt
 from actlab.runner.experiment import Claim
 
-SOURCE = "seed 002, Controlled Selection; GLU and Gated FFNs"
+NAME = "gated-ffn"
+NOTES = "gated-ffn-notes"
 
 
 def claims(summary: dict) -> list[Claim]:
@@ -15,44 +23,60 @@ def claims(summary: dict) -> list[Claim]:
     v = summary["variants"]
     plain = [k for k, s in v.items() if s["ffn"] == "plain"]
     gated = [k for k, s in v.items() if s["ffn"] != "plain"]
-    out: list[Claim] = []
+    n = {"param_tol": 0.005, "flop_tol": 0.01,  # ours: relative differences allowed
+         "failed": sum(s["failed_runs"] for s in v.values()), "most_failed": 0}
+    specs = []
     if plain and gated:
-        ref = v[plain[0]]["params"]
-        worst = max(abs(v[k]["params"] - ref) / ref for k in gated)
-        out.append(Claim("gated width g = 2m/3 (matched_width) gives equal parameter counts",
-                         f"largest relative difference {worst:.2%} "
-                         f"(widths {v[plain[0]]['hidden_width']} vs {v[gated[0]]['hidden_width']})",
-                         bool(worst < 0.005), SOURCE,
-                         id=claim_id("gated-ffn", "gated", "equal-parameter-counts"),
-                         value=worst, comparison="<", threshold=0.005))
-        ref_f = v[plain[0]]["ffn_flops_per_token"]
-        worst_f = max(abs(v[k]["ffn_flops_per_token"] - ref_f) / ref_f for k in gated)
-        out.append(Claim("at matched parameters the FFN FLOPs per token match too",
-                         f"largest relative difference {worst_f:.2%}", bool(worst_f < 0.01),
-                         SOURCE, id=claim_id("gated-ffn", "gated", "equal-ffn-flops"),
-                         value=worst_f, comparison="<", threshold=0.01))
+        ref, ref_f = v[plain[0]]["params"], v[plain[0]]["ffn_flops_per_token"]
         best_g = min(gated, key=lambda k: mean_val_loss(v[k]))
         best_p = min(plain, key=lambda k: mean_val_loss(v[k]))
-        out.append(Claim("a GLU variant beats the plain FFNs at matched parameters "
-                         "(GLU Variants Improve Transformer, cited by the seed)",
-                         f"best gated {best_g} {mean_val_loss(v[best_g]):.4f} vs best plain {best_p} "
-                         f"{mean_val_loss(v[best_p]):.4f}", bool(mean_val_loss(v[best_g]) < mean_val_loss(v[best_p])),
-                         SOURCE, id=claim_id("gated-ffn", "gated", "glu-beats-plain"),
-                         value=mean_val_loss(v[best_g]), comparison="<", threshold=mean_val_loss(v[best_p])))
         base = summary["thresholds"]["baseline"]
-        slower = [k for k in gated if v[k]["tokens_per_s"] < v[base]["tokens_per_s"]]
-        out.append(Claim("equal FLOPs do not mean equal speed: gated FFNs run slower "
-                         "(three projections and a product)",
-                         f"{len(slower)}/{len(gated)} gated variants slower than {base} "
-                         "(CPU timings on a shared machine)", bool(len(slower) == len(gated)),
-                         SOURCE, id=claim_id("gated-ffn", "gated", "gated-runs-slower"),
-                         value=len(slower), comparison=">=", threshold=len(gated)))
-    failed = sum(s["failed_runs"] for s in v.values())
-    out.append(Claim("all runs finish with a finite loss (stability threshold)",
-                     f"{failed} failed runs", failed == 0, SOURCE,
-                     id=claim_id("gated-ffn", "all", "runs-finish-finite"), value=failed,
-                     comparison="<=", threshold=0))
-    return out
+        n.update(
+            worst_params=max(abs(v[k]["params"] - ref) / ref for k in gated),
+            width_plain=v[plain[0]]["hidden_width"], width_gated=v[gated[0]]["hidden_width"],
+            worst_flops=max(abs(v[k]["ffn_flops_per_token"] - ref_f) / ref_f for k in gated),
+            best_gated=best_g, loss_gated=mean_val_loss(v[best_g]),
+            best_plain=best_p, loss_plain=mean_val_loss(v[best_p]), baseline=base,
+            slower=sum(v[k]["tokens_per_s"] < v[base]["tokens_per_s"] for k in gated),
+            n_gated=len(gated))
+        specs += [
+            ClaimSpec(
+                id=claim_id(NAME, "gated", "equal-parameter-counts"),
+                text="gated width g = 2m/3 (matched_width) gives equal parameter counts "
+                     "(within {param_tol:.1%})",
+                measured="largest relative difference {worst_params:.2%} "
+                         "(widths {width_plain} vs {width_gated})",
+                check=lt(n["worst_params"], n["param_tol"]), source=NOTES,
+                where="GLUs and Gated FFNs", numbers=n),
+            ClaimSpec(
+                id=claim_id(NAME, "gated", "equal-ffn-flops"),
+                text="at matched parameters the FFN FLOPs per token match too "
+                     "(within {flop_tol:.0%})",
+                measured="largest relative difference {worst_flops:.2%}",
+                check=lt(n["worst_flops"], n["flop_tol"]), source="actlab", numbers=n),
+            ClaimSpec(
+                id=claim_id(NAME, "gated", "glu-beats-plain"),
+                text="a GLU variant beats the plain FFNs at matched parameters (as GLU Variants "
+                     "Improve Transformer reports; the notes cite it for the parameter count only)",
+                measured="best gated {best_gated} {loss_gated:.4f} vs best plain {best_plain} "
+                         "{loss_plain:.4f}",
+                check=lt(n["loss_gated"], n["loss_plain"]), source="actlab", numbers=n),
+            ClaimSpec(
+                id=claim_id(NAME, "gated", "gated-runs-slower"),
+                text="equal FLOPs do not mean equal speed: gated FFNs run slower "
+                     "(three projections and a product)",
+                measured="{slower}/{n_gated} gated variants slower than {baseline} "
+                         "(CPU timings on a shared machine)",
+                check=ge(n["slower"], n["n_gated"]), source=NOTES,
+                where="Failure Modes; GLUs and Gated FFNs", numbers=n),
+        ]
+    specs.append(ClaimSpec(
+        id=claim_id(NAME, "all", "runs-finish-finite"),
+        text="all runs finish with a finite loss (stability threshold; the notes' Controlled "
+             "Selection asks for failed runs to be reported)",
+        measured="{failed} failed runs", check=le(n["failed"], n["most_failed"]),
+        source="actlab", numbers=n))
+    return judge_all(specs)
 
 
 def mean_val_loss(s: dict) -> float:

@@ -1,11 +1,12 @@
 """``init-study``: the handbook's sample project, ten activation/initialization choices on two spirals.
 
-Protocol (seed 001, "The sample project"): 20 hidden layers of 32 units, one sigmoid output
-with the cross-entropy cost (computed from the output's net input, so it stays finite when
-the sigmoid saturates), 300 noisy spiral points (:func:`actlab.data.spirals.two_spirals`,
-unit second moment per coordinate), plain mini-batch SGD with learning rate 0.01, batches
-of 20, 150 epochs, three seeds, float64, zero biases. Each seed has its own initial weights,
-training set and batch order; the ten configurations share them by seed (paired).
+Protocol (the sample project of the handbook page "Activations and initialization", in its
+part "The code"): 20 hidden layers of 32 units, one sigmoid output with the cross-entropy cost
+(computed from the output's net input, so it stays finite when the sigmoid saturates), 300
+noisy spiral points (:func:`actlab.data.spirals.two_spirals`, unit second moment per
+coordinate), plain mini-batch SGD with learning rate 0.01, batches of 20, 150 epochs, three
+seeds, float64, zero biases. Each seed has its own initial weights, training set and batch
+order; the ten configurations share them by seed (paired).
 
 Every run is classified by its *late cost*, the median over its last 15 epochs of the cost on
 the whole training set measured at the end of each epoch:
@@ -115,12 +116,14 @@ def build_model(config: InitStudyConfig, name: str, seed: int) -> nn.Module:
 
 @register
 class InitStudyExperiment(Experiment):
-    """Ten activation/initialization choices for a 20-layer network on two spirals (seed 001)."""
+    """Ten activation/initialization choices for a 20-layer network on two spirals (the
+    handbook's sample project)."""
 
     name = "init-study"
     headline_figure = "init_study_costs"
-    description = ("The handbook's sample project: 20x32 network, ten activation/init choices, "
-                   "spirals, plain SGD, verdicts by late cost (seed 001).")
+    description = ("The sample project of the handbook page \"Activations and initialization\": "
+                   "20x32 network, ten activation/init choices, spirals, plain SGD, verdicts by "
+                   "late cost.")
     Config = InitStudyConfig
     quick = {"epochs": 40, "late_window": 10}
     default_seeds = 3

@@ -1,4 +1,5 @@
-"""``lm-shift``: adaptive shifting of the MLP activation in a small GPT (seed 000, §4.3, App. E).
+"""``lm-shift``: adaptive shifting of the MLP activation in a small GPT ("Rethinking Activation
+Functions" §4.3, App. E).
 
 For each activation (gelu, relu) a GPT trains twice per seed from the same initialisation on
 the same batches: unshifted, and with ``:adaptive`` shifting (eq. 9: the mean over the
@@ -69,7 +70,8 @@ class LMShiftExperiment(Experiment):
     name = "lm-shift"
     headline_figure = "loss_residual"
     description = ("GPT on the stdlib corpus, gelu/relu unshifted vs :adaptive, 3 seeds: loss "
-                   "residual over training and hidden-state mean trajectories (seed 000 §4.3).")
+                   "residual over training and hidden-state mean trajectories (\"Rethinking "
+                   "Activation Functions\" §4.3).")
     Config = LMShiftConfig
     quick = {"compile_model": "off",
              "n_layer": 2, "n_embd": 64, "block_size": 64, "batch_size": 16, "steps": 300,

@@ -1,10 +1,11 @@
 """``normalization``: weight-gradient norms of badly initialized 20 x 64 stacks, plain and repaired.
 
-Seed 001, "Normalization and residual connections": 20 hidden layers of 64 units, inputs of
-width 64 drawn standard normal (500 of them), standard normal targets, identity output and
-the half squared error averaged over the batch, at initialization in float64. Two bad
-scales, each as a plain stack, with batch normalization (batch statistics, as in training),
-with layer normalization, and with residual connections ``a_l = a_{l-1} + f(z_l)``:
+The handbook page "Activations and initialization", "Normalization and residual connections":
+20 hidden layers of 64 units, inputs of width 64 drawn standard normal (500 of them), standard
+normal targets, identity output and the half squared error averaged over the batch, at
+initialization in float64. Two bad scales, each as a plain stack, with batch normalization
+(batch statistics, as in training), with layer normalization, and with residual connections
+``a_l = a_{l-1} + f(z_l)``:
 
 * tanh with every weight of standard deviation 0.01 (the gradient vanishes);
 * ReLU with twice He's standard deviation (it explodes).
@@ -52,7 +53,8 @@ class NormalizationExperiment(Experiment):
     name = "normalization"
     headline_figure = "normalization"
     description = ("20x64 stacks (tanh std 0.01, ReLU 2xHe): plain, batch norm, layer norm, "
-                   "residual; first/last weight-gradient norms at initialization (seed 001).")
+                   "residual; first/last weight-gradient norms at initialization (the handbook "
+                   "page \"Activations and initialization\").")
     Config = NormalizationConfig
     quick: dict = {}  # seconds: quick is the full protocol
     default_seeds = 1

@@ -1,6 +1,6 @@
 """``pitfalls``: the handbook's common mistakes, each as a measured number with its expected relation.
 
-Seed 001, "Pitfalls" (float64 throughout):
+The handbook page "Activations and initialization", "Pitfalls" (float64 throughout):
 
 * ``linear_collapse``: three ``torch.nn.Linear`` layers without activations equal one
   collapsed affine map (max difference over 1,000 inputs); on the spirals a network with
@@ -200,12 +200,13 @@ AT_INIT = {"default_linear_scale": default_linear_scale, "wrong_fan_in_axis": wr
 
 @register
 class PitfallsExperiment(Experiment):
-    """Six common mistakes of the handbook, each measured with its expected relation checked."""
+    """Six common mistakes of the handbook, each measured, its expected relation a claim."""
 
     name = "pitfalls"
     headline_figure = None
     description = ("Linear collapse, constant start, default Linear scale, wrong fan-in axis, "
-                   "uniform bound as std, variance vs second moment (seed 001).")
+                   "uniform bound as std, variance vs second moment (the handbook page "
+                   "\"Activations and initialization\").")
     Config = PitfallsConfig
     quick: dict = {}  # about 25 s of CPU: quick is the full protocol
     default_seeds = 1
@@ -231,7 +232,7 @@ class PitfallsExperiment(Experiment):
 
     def summarize(self, config: PitfallsConfig, table, results: list[dict],
                   ctx: RunContext) -> dict:
-        """Each demonstration's numbers (first seed) and whether its expected relation held."""
+        """Each demonstration's numbers (first seed); the claims judge their relations."""
         return build_summary(config, table)
 
     def claims(self, summary: dict) -> list[Claim]:

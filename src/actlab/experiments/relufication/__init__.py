@@ -1,9 +1,11 @@
-"""``relufication``: train with GELU, swap in ReLU, fine-tune one epoch (seed 003 §5, Table 3).
+"""``relufication``: train with GELU, swap in ReLU, fine-tune one epoch.
+
+"Bug or Feature²" §5.1, Table 3.
 
 Each model trains with GELU on digits; then :func:`actlab.patch_` replaces every GELU by
 ReLU and the model fine-tunes for one epoch. Accuracy, negative share of activation
 inputs and post-activation sparsity are measured before the swap, right after it (no
-fine-tuning) and after fine-tuning. The seed reports 55-74% sparsity after ReLUfication
+fine-tuning) and after fine-tuning. The paper reports 55-74% sparsity after ReLUfication
 with less than 2 pp accuracy loss, and sparsity close to the negative share.
 """
 
@@ -69,7 +71,8 @@ class Relufication(Experiment):
 
     name = "relufication"
     headline_figure = "relufication"
-    description = "Train with GELU, swap to ReLU, fine-tune one epoch (seed 003 §5, Table 3)"
+    description = ("Train with GELU, swap to ReLU, fine-tune one epoch (\"Bug or Feature²\" §5.1, "
+                   "Table 3)")
     Config = ReluficationConfig
     quick = {"steps": 200}
     full = {"steps": 1500}

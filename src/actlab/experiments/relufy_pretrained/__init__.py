@@ -1,4 +1,5 @@
-"""``relufy-pretrained``: ReLUfication of a pretrained model (seed 003 §5, Table 3).
+"""``relufy-pretrained``: ReLUfication of a pretrained model ("Bug or Feature²", long version,
+§5, Table 3).
 
 The MLP activation (GELU) of a pretrained Hugging Face model (default all-MiniLM-L6-v2,
 offline) is replaced by ReLU with ``actlab.patch_(model, "relu")`` (unbounded sites only, so

@@ -1,42 +1,55 @@
-"""The claims of the ``relufy-pretrained`` experiment (Table 3), read from its summary."""
+"""The claims of the ``relufy-pretrained`` experiment, read from its summary: the statements of
+"Bug or Feature²" (long version) §5.1 on ReLUfication (Table 3), with tolerances of ours, and
+two checks of our own (the fine-tune finished; it brings the embedding back)."""
 
 from __future__ import annotations
 
-from actlab.runner.claims import claim_id
+from actlab.runner.claims import ClaimSpec, all_of, among, claim_id, ge, gt, judge_all, le, within
 from actlab.runner.experiment import Claim
 
 NAME = "relufy-pretrained"
-SOURCE = "seed 003 §5, Table 3"
+PAPER = "bug-or-feature"
+WHERE = "§5.1, Table 3"
 
 
 def claims(summary: dict) -> list[Claim]:
     """Table 3's statements, checked on this model."""
     stages = summary["stages"]
-    out: list[Claim] = []
     if "relu_finetuned" not in stages:
-        return [Claim("fine-tune finished", "diverged", False, SOURCE,
-                      id=claim_id(NAME, "model", "fine-tune-finished"))]
+        return judge_all([ClaimSpec(
+            id=claim_id(NAME, "model", "fine-tune-finished"), text="fine-tune finished",
+            measured="diverged", check=among("diverged", ["finished"]), source="actlab")])
     tuned, swap = stages["relu_finetuned"], stages["relu"]
-    out.append(Claim("ReLUfication yields 55-74% post-activation sparsity",
-                     f"{tuned['sparsity']:.3f} after fine-tune ({swap['sparsity']:.3f} at swap)",
-                     bool(0.55 <= tuned["sparsity"] <= 0.74), SOURCE,
-                     id=claim_id(NAME, "model", "sparsity-in-published-range"),
-                     value=tuned["sparsity"], comparison="compound", threshold=0.55))
-    gap = abs(tuned["sparsity"] - tuned["preact_neg_frac"])
-    out.append(Claim("the resulting sparsity closely matches the share of negative "
-                     "pre-activations (within 0.02)", f"|difference| {gap:.4f}",
-                     bool(gap <= 0.02), SOURCE,
-                     id=claim_id(NAME, "model", "sparsity-matches-negative-share"),
-                     value=gap, comparison="<=", threshold=0.02))
-    change = tuned["preact_neg_frac"] - stages["original"]["preact_neg_frac"]
-    out.append(Claim("the share of negative pre-activations changes little after conversion "
-                     "(within 0.05)", f"{change:+.4f}", bool(abs(change) <= 0.05), SOURCE,
-                     id=claim_id(NAME, "model", "negative-share-changes-little"),
-                     value=change, comparison="within", threshold=0.05, reference=0.0))
-    out.append(Claim("a brief fine-tune recovers the original embedding (cosine rises)",
-                     f"cosine {swap['cosine_to_original']:.4f} -> {tuned['cosine_to_original']:.4f}",
-                     bool(tuned["cosine_to_original"] > swap["cosine_to_original"]), SOURCE,
-                     id=claim_id(NAME, "model", "fine-tune-recovers-embedding"),
-                     value=tuned["cosine_to_original"], comparison=">",
-                     threshold=swap["cosine_to_original"]))
-    return out
+    n = {"sparsity_low": 0.55, "sparsity_high": 0.74,  # §5.1: "yields 55-74% ... sparsity"
+         "match_tol": 0.02, "change_tol": 0.05,  # ours: "closely matches", "changes little"
+         "sparsity": tuned["sparsity"], "sparsity_swap": swap["sparsity"],
+         "gap": abs(tuned["sparsity"] - tuned["preact_neg_frac"]),
+         "change": tuned["preact_neg_frac"] - stages["original"]["preact_neg_frac"],
+         "cos_swap": swap["cosine_to_original"], "cos_tuned": tuned["cosine_to_original"]}
+    return judge_all([
+        ClaimSpec(
+            id=claim_id(NAME, "model", "sparsity-in-published-range"),
+            text="ReLUfication yields {sparsity_low:.0%}-{sparsity_high:.0%} post-activation "
+                 "sparsity",
+            measured="{sparsity:.3f} after fine-tune ({sparsity_swap:.3f} at swap)",
+            check=all_of(ge(n["sparsity"], n["sparsity_low"]),
+                         le(n["sparsity"], n["sparsity_high"])),
+            source=PAPER, where=WHERE, numbers=n, quoted=("sparsity_low", "sparsity_high")),
+        ClaimSpec(
+            id=claim_id(NAME, "model", "sparsity-matches-negative-share"),
+            text="the resulting sparsity closely matches the share of negative pre-activations "
+                 "(within {match_tol:g})",
+            measured="|difference| {gap:.4f}", check=le(n["gap"], n["match_tol"]),
+            source=PAPER, where=WHERE, numbers=n),
+        ClaimSpec(
+            id=claim_id(NAME, "model", "negative-share-changes-little"),
+            text="the share of negative pre-activations changes little after conversion "
+                 "(within {change_tol:g})",
+            measured="{change:+.4f}", check=within(n["change"], 0.0, n["change_tol"]),
+            source=PAPER, where=WHERE, numbers=n),
+        ClaimSpec(
+            id=claim_id(NAME, "model", "fine-tune-recovers-embedding"),
+            text="a brief fine-tune recovers the original embedding (cosine rises)",
+            measured="cosine {cos_swap:.4f} -> {cos_tuned:.4f}",
+            check=gt(n["cos_tuned"], n["cos_swap"]), source="actlab", numbers=n),
+    ])

@@ -1,9 +1,9 @@
-"""``shift-sweep``: final loss against the activation shift b (seed 000, App. A.2, Fig. 9).
+"""``shift-sweep``: final loss against the activation shift b.
 
-For each activation, students with shifts ``b = b_theory + offset`` (and ``b = 0``) learn
-the same unshifted teacher; within a seed every shift starts from the same parameters and
-sees the same batches. We report where each seed's final loss is lowest and how close the
-theory shift comes to the best one.
+"Rethinking Activation Functions", App. A.2, Fig. 9. For each activation, students with
+shifts ``b = b_theory + offset`` (and ``b = 0``) learn the same unshifted teacher; within a
+seed every shift starts from the same parameters and sees the same batches. We report where
+each seed's final loss is lowest and how close the theory shift comes to the best one.
 """
 
 from __future__ import annotations

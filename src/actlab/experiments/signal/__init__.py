@@ -14,8 +14,8 @@ width as the hidden layers drawn standard normal (as in the handbook's measureme
    (``|tanh| > 0.99``) in layer 10.
 
 The measurements are :func:`actlab.measure.signal.signal_profile` and
-:func:`~actlab.measure.signal.predicted_profile`; the handbook page "Checking the
-predictions" is the source the claims compare with.
+:func:`~actlab.measure.signal.predicted_profile`; the part "Checking the predictions" of the
+handbook page "Activations and initialization" is the source the claims compare with.
 """
 
 from __future__ import annotations
@@ -108,7 +108,8 @@ class SignalExperiment(Experiment):
     name = "signal"
     headline_figure = "signal_profiles"
     description = ("Deep stacks at initialization: measured per-layer sizes vs the variance "
-                   "recursion, activation histograms, tanh saturation (seed 001).")
+                   "recursion, activation histograms, tanh saturation (the handbook page "
+                   "\"Activations and initialization\").")
     Config = SignalConfig
     quick: dict = {}  # the whole experiment takes seconds; quick is the full protocol
     default_seeds = 1

@@ -1,6 +1,7 @@
-"""``size-sweep``: shifting's benefit across model sizes (seed 000, App. C.1-C.2, Figs. 12-13).
+"""``size-sweep``: shifting's benefit across model sizes.
 
-Two parts, both with ReLU by default:
+"Rethinking Activation Functions", App. C.1-C.2, Figs. 12-13. Two parts, both with ReLU by
+default:
 
 * a grid over residual width ``d``, MLP width ``m`` and depth ``L``: the relative
   improvement ``(L_unshifted - L_shifted) / L_unshifted`` of the final loss, averaged over

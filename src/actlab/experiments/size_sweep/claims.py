@@ -1,37 +1,48 @@
-"""The claims of the ``size-sweep`` experiment, read from its summary."""
+"""The claims of the ``size-sweep`` experiment, read from its summary.
+
+Both are statements of "Rethinking Activation Functions" App. C.1-C.2 (Figs. 12-13); how they
+are decided (the mean and a majority of grid cells, the first against the last size) is ours.
+"""
 
 from __future__ import annotations
 
-from actlab.runner.claims import claim_id
-from actlab.runner.experiment import Claim
+from typing import TYPE_CHECKING
+
+from actlab.runner.claims import ClaimSpec, all_of, claim_id, gt, judge_all, le
+
+if TYPE_CHECKING:
+    from actlab.runner.experiment import Claim
+
+# Ours: shifting must help in more than this share of the grid's cells.
+MAJORITY = 0.5
 
 
 def claims(summary: dict) -> list[Claim]:
     """Shifting helps on average across sizes; optimal shifts concentrate near theory."""
-    rows = []
+    specs = []
     mean = summary.get("mean_relative_improvement")
     grid = summary.get("grid", {})
     if mean is not None:
         helped = sum(1 for c in grid.values() if c["relative_improvement"] > 0)
-        rows.append(Claim(
-            "shifting lowers the final loss across (d, m, L)",
-            f"mean relative improvement {100 * mean:.1f}%; better in {helped}/{len(grid)} cells",
-            bool(mean > 0 and helped > len(grid) / 2),
-            "000 App. C.1, Fig. 12", id=claim_id("size-sweep", "all", "shift-lowers-final-loss"),
-            value=mean, comparison="compound", threshold=0.0,
-        ))
+        n = {"mean": mean, "helped": helped, "cells": len(grid), "majority": MAJORITY}
+        specs.append(ClaimSpec(
+            id=claim_id("size-sweep", "all", "shift-lowers-final-loss"),
+            text="shifting lowers the final loss across (d, m, L): positive mean relative "
+                 "improvement, and better in more than {majority:.0%} of the grid's cells",
+            measured="mean relative improvement {mean:.1%}; better in {helped}/{cells} cells",
+            check=all_of(gt(mean, 0.0), gt(helped, MAJORITY * len(grid))),
+            source="rethinking", where="App. C.1, Fig. 12", numbers=n))
     optimal = summary.get("optimal_shift", {})
     if len(optimal) >= 2:
         sizes = list(optimal)
-        first, last = optimal[sizes[0]], optimal[sizes[-1]]
-        rows.append(Claim(
-            "optimal shifts concentrate near theory as the model grows",
-            f"mean |b* - b_theory|: {first['mean_abs_distance_to_theory']:.3f} ({sizes[0]}) -> "
-            f"{last['mean_abs_distance_to_theory']:.3f} ({sizes[-1]})",
-            bool(last["mean_abs_distance_to_theory"] <= first["mean_abs_distance_to_theory"]),
-            "000 App. C.2, Fig. 13",
+        n = {"first": optimal[sizes[0]]["mean_abs_distance_to_theory"],
+             "last": optimal[sizes[-1]]["mean_abs_distance_to_theory"],
+             "small": sizes[0], "large": sizes[-1]}
+        specs.append(ClaimSpec(
             id=claim_id("size-sweep", "all", "optimal-shifts-concentrate-near-theory"),
-            value=last["mean_abs_distance_to_theory"], comparison="<=",
-            threshold=first["mean_abs_distance_to_theory"],
-        ))
-    return rows
+            text="optimal shifts concentrate near theory as the model grows: the seeds' mean "
+                 "|b* - b_theory| of the largest size at most that of the smallest",
+            measured="mean |b* - b_theory|: {first:.3f} ({small}) -> {last:.3f} ({large})",
+            check=le(n["last"], n["first"]),
+            source="rethinking", where="App. C.2, Fig. 13", numbers=n))
+    return judge_all(specs)

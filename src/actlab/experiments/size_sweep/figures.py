@@ -1,4 +1,5 @@
-"""Figs. 12 and 13 of the seed: the improvement heat maps and the optimal-shift histograms."""
+"""The improvement heat maps and the optimal-shift histograms: Figs. 12 and 13 of
+"Rethinking Activation Functions"."""
 
 from __future__ import annotations
 

@@ -1,11 +1,12 @@
 """``sparse-activations``: accuracy, negative share and sparsity of sparsity-inducing activations.
 
-Seed 003 §5, Table 1 (and App. D.7 for the activations). ReLU, GELU, SiLU, ReLU², GELU²,
-clipped ReLU² (15, 50), NoisyReLU and SUGAR (B-SiLU surrogate gradient) train on digits
-in CPU-scale models with different norms: the seed's MLP without norm, with RMSNorm and
-with LayerNorm (the norm before each activation), the MLP with skips, a small ResNet with
-BatchNorm and a small ViT with LayerNorm. Each cell reports test accuracy, the share of
-negative activation inputs and the sparsity (``|a| < 1e-7``), mean ± sd over seeds.
+"Bug or Feature²" §5, Table 1 (and App. D.7 for the activations). ReLU, GELU, SiLU,
+ReLU², GELU², clipped ReLU² (15, 50), NoisyReLU and SUGAR (B-SiLU surrogate gradient)
+train on digits in CPU-scale models with different norms: the paper's MLP without norm,
+with RMSNorm and with LayerNorm (the norm before each activation), the MLP with skips, a
+small ResNet with BatchNorm and a small ViT with LayerNorm. Each cell reports test
+accuracy, the share of negative activation inputs and the sparsity (``|a| < 1e-7``),
+mean ± sd over seeds.
 """
 
 from __future__ import annotations
@@ -86,12 +87,13 @@ class SparseActivationsConfig(CheckedConfig):
 
 @register
 class SparseActivations(Experiment):
-    """Table 1 of seed 003 at CPU scale: activation x (model, norm)."""
+    """Table 1 of "Bug or Feature²" at CPU scale: activation x (model, norm)."""
 
     name = "sparse-activations"
     headline_figure = "sparse_activations"
     description = ("Accuracy / negative share / sparsity of relu, gelu, silu, relu2, gelu2, clipped "
-                   "relu2, noisy_relu, sugar across models and norms (seed 003 §5, Table 1)")
+                   "relu2, noisy_relu, sugar across models and norms (\"Bug or Feature²\" §5, "
+                   "Table 1)")
     Config = SparseActivationsConfig
     quick = {"steps": 100, "setups": ["mlp:none", "mlp:layernorm", "resnet:batchnorm", "vit:layernorm"]}
     full = {"steps": 1500}

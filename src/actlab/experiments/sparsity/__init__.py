@@ -1,12 +1,12 @@
 """``sparsity``: accuracy against controlled activation sparsity, and the sparsity cliff.
 
-Seed 003 §4, App. B.2. Two mechanisms set the share of zero activations:
+"Bug or Feature²" §4, App. B.2. Two mechanisms set the share of zero activations:
 
 * Percentile Centering (``percentile``): ReLU after a norm that shifts each feature by its
   ``q``-th percentile (no learned shift, so the level holds), levels ``q``;
 * Top-K (``topk``): GELU keeping the ``K`` largest activations, levels ``K``;
 
-on four CPU-scale models trained on scikit-learn's digits: the seed's MLP, the MLP with
+on four CPU-scale models trained on scikit-learn's digits: the paper's MLP, the MLP with
 skips, a small ResNet (BatchNorm flavour of the percentile norm) and a small ViT (the
 percentile norm inside its MLPs). Each point records test accuracy, the share of negative
 activation inputs and the measured sparsity (``|a| < 1e-7``). Accuracies are normalised by
@@ -85,7 +85,8 @@ class Sparsity(Experiment):
     name = "sparsity"
     headline_figure = "sparsity_cliff"
     description = ("Accuracy against Percentile-Centering and Top-K sparsity on MLP, MLP+skip, "
-                   "ResNet and ViT (digits), with the a(s) = A - B s^N cliff fit (seed 003 §4)")
+                   "ResNet and ViT (digits), with the a(s) = A - B s^N cliff fit "
+                   "(\"Bug or Feature²\" §4)")
     Config = SparsityConfig
     quick = {"steps": 150, "percentile_levels": [0.5, 0.7, 0.85, 0.95],
              "topk_levels": [0.5, 0.2, 0.1, 0.03]}

@@ -8,13 +8,11 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from actlab.analysis import failed_units, seeds_in
-from actlab.experiments.sparsity.claims import METHODS
+from actlab.experiments.sparsity.claims import METHODS, PUBLISHED
 from actlab.recipes.image_classifier import data_label
 
 if TYPE_CHECKING:
     from actlab.experiments.sparsity import SparsityConfig
-
-PUBLISHED = {"A": 0.978, "B": 0.635, "N": 16.72, "r2": 0.565}  # seed 003 §4.1, N = 79 points
 
 
 def table_points(table: pd.DataFrame) -> list[dict[str, Any]]:
@@ -46,7 +44,7 @@ def build_summary(config: SparsityConfig, table: pd.DataFrame,
                   "percentile_levels": config.percentile_levels,
                   "topk_levels": config.topk_levels},
         "failed_or_diverged": failed_units(results),
-        "published": PUBLISHED,
+        "published": dict(PUBLISHED),
     }
     if len(points) >= 3:
         norm = normalize_by_group([p["accuracy"] for p in points],

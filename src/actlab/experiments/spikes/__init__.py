@@ -1,10 +1,10 @@
 """``spikes``: squared and clipped activations and the range of the down-projection input
-(seed 003, §6 and App. B.3.1).
+("Bug or Feature²", long version, §6 and App. B.3.1).
 
 A GPT trains with each MLP activation (relu, gelu, relu2, gelu2, relu2:clip=15,
 relu2:clip=50) for several seeds. After training, on fixed validation windows, the probe
 measures per layer the range ``max - min`` of the activation output, which in a plain FFN is
-exactly the down-projection's input (the seed's spike measure), and its sparsity (share of
+exactly the down-projection's input (the paper's spike measure, §6), and its sparsity (share of
 ``|a| < 1e-7``) and share of negative pre-activations. The validation loss is recorded over
 training.
 """
@@ -53,7 +53,8 @@ class SpikesExperiment(Experiment):
     name = "spikes"
     headline_figure = "spikes"
     description = ("GPT with relu, gelu, relu2, gelu2, relu2 clipped at 15/50, 3 seeds: per-layer "
-                   "range of the down-projection input, val loss, sparsity (seed 003 §6).")
+                   "range of the down-projection input, val loss, sparsity (\"Bug or Feature²\" "
+                   "§6).")
     Config = SpikesConfig
     quick = {"compile_model": "off",
              "n_layer": 4, "n_embd": 64, "block_size": 64, "batch_size": 16, "steps": 160,
@@ -93,5 +94,5 @@ class SpikesExperiment(Experiment):
         return summary
 
     def claims(self, summary: dict) -> list[Claim]:
-        """The claims of §6 / Table 6, each decided by the thresholds stated in the text."""
+        """§6 / Table 6 and Fig. 16 of "Bug or Feature²", judged on the summary."""
         return claims(summary)

@@ -1,12 +1,13 @@
-"""``teacher-student``: unshifted vs shifted students of a fixed teacher (seed 000, §2).
+"""``teacher-student``: unshifted vs shifted students of a fixed teacher.
 
-Per activation, each seed has a teacher with the unshifted activation and two students
-with identical initial parameters and batches, one with ``shift=theory`` (Table 1). We log
-loss curves (Fig. 2 top), the hidden-state mean of every block (Figs. 2 bottom, 15), the
-post-activation means (Fig. 8), the top Gauss-Newton and Hessian eigenvalues over training
-(Fig. 4), the initial-gradient-plane landscapes with both trajectories and the shifted
-student's off-plane plane (Fig. 3), and the gradient angle between the students at
-k = 1, 5, 20, 100 against the one-layer theory (Table 2).
+"Rethinking Activation Functions", §2 and Apps. A-C. Per activation, each seed has a teacher
+with the unshifted activation and two students with identical initial parameters and
+batches, one with ``shift=theory`` (Table 1). We log loss curves (Fig. 2 top), the
+hidden-state mean of every block (Figs. 2 bottom, 15), the post-activation means (Fig. 8),
+the top Gauss-Newton and Hessian eigenvalues over training (Fig. 4), the
+initial-gradient-plane landscapes with both trajectories and the shifted student's off-plane
+plane (Fig. 3), and the gradient angle between the students at k = 1, 5, 20, 100 against the
+one-layer theory (Table 2).
 
 The training is :func:`actlab.recipes.teacher_student.train_students`; the summary helpers
 of this package's :mod:`.summary` (:func:`~.summary.pair_summary`, ...) serve the other
@@ -150,5 +151,5 @@ class TeacherStudent(Experiment):
         return summary
 
     def claims(self, summary: dict) -> list[Claim]:
-        """The seed's claims per activation, with what we measured."""
+        """The paper's claims per activation, with what we measured."""
         return teacher_student_claims(summary)

@@ -1,4 +1,5 @@
-"""Figures of the ``teacher-student`` experiment (seed 000 Figs. 2, 3, 4, 8, 15)."""
+"""Figures of the ``teacher-student`` experiment: Figs. 2, 3, 4, 8, 15 of
+"Rethinking Activation Functions"."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ if TYPE_CHECKING:
 
 def teacher_student_figures(config: Config, table: Any, data: dict[str, Any],
                             activations: list[str], ctx: RunContext) -> None:
-    """Figs. 2, 3, 4, 8, 15 of the seed from the tidy table and the units' data."""
+    """Figs. 2, 3, 4, 8, 15 of the paper from the tidy table and the units' data."""
     plt = pyplot()
     n = len(activations)
     last = f"block{config.L - 1}"

@@ -1,4 +1,5 @@
-"""``vit-shift``: a small ViT on digits with ``gelu`` vs ``gelu:adaptive`` (seed 000 §4.1, App. E).
+"""``vit-shift``: a small ViT on digits with ``gelu`` vs ``gelu:adaptive`` ("Rethinking
+Activation Functions" §4.1, App. E).
 
 The adaptive shift (eq. 9) subtracts, in every MLP, the current mean over the hidden neurons
 from each neuron's GELU output. Both models of a seed share initial weights and batch
@@ -149,7 +150,8 @@ class ViTShift(Experiment):
     name = "vit-shift"
     headline_figure = "fig6_residuals"
     description = ("Small ViT on digits, gelu vs gelu:adaptive: train/test loss and accuracy "
-                   "residuals, hidden-state overshoot (seed 000 §4.1, App. E)")
+                   "residuals, hidden-state overshoot (\"Rethinking Activation Functions\" "
+                   "§4.1, App. E)")
     Config = ViTShiftConfig
     quick = {"steps": 300, "log_points": 20, "dim": 48, "depth": 3}
     full = {"steps": 6000, "log_points": 50}

@@ -1,5 +1,5 @@
 """The ``vit-shift`` summary: final accuracies, paired residuals, overshoot, and a note of
-which of the seed's effects this run reproduced."""
+which of the effects of "Rethinking Activation Functions" §4.1 this run reproduced."""
 
 from __future__ import annotations
 
@@ -72,7 +72,7 @@ def build_summary(config: ViTShiftConfig, table: pd.DataFrame,
     if not u.empty and not s.empty:
         summary["test_loss_crossover_steps"] = [
             None if math.isnan(v) else v for v in analysis.crossover_steps(u, s)]
-    # Which of the seed's effects this run reproduced, in words (from the claims).
+    # Which of the paper's effects this run reproduced, in words (from the claims).
     summary["note"] = [f"{'reproduced' if c.held else 'NOT reproduced'}: {c.claim} "
                        f"({c.measured})" for c in claims(summary)]
     return summary

@@ -1,5 +1,7 @@
 """``worked-example``: the four pen-and-paper calculations of the handbook page, computed and printed.
 
+The page is "Activations and initialization", its part "Worked example":
+
 1. Two linear layers are one: the collapsed weight and bias, and the outputs with and
    without a ReLU between the layers.
 2. The eight activations and their slopes at z = -1.5, 0 and 0.5 (slopes by autograd on the
@@ -168,7 +170,8 @@ class WorkedExampleExperiment(Experiment):
 
     name = "worked-example"
     headline_figure = None
-    description = "The four pen-and-paper calculations of seed 001, printed value by value."
+    description = ("The four pen-and-paper calculations of the handbook page \"Activations and "
+                   "initialization\", printed value by value.")
     Config = WorkedExampleConfig
     default_seeds = 1
     seeds_per_unit = None
