@@ -93,9 +93,13 @@ def render() -> str:
     papers = [c for c in quick.values() if c.get("source_key") != OURS]
     paper_counts = Counter(verdict_text(c.get("held")) for c in papers)
     ours = len(quick) - len(papers)
-    ref_claims = [c for e in references.values() if e["status"] == "reference"
-                  for c in e["claims"].values()]
+    ref_items = [(i, c) for e in references.values() if e["status"] == "reference"
+                 for i, c in e["claims"].items()]
+    ref_claims = [c for _, c in ref_items]
     ref_counts = Counter(verdict_text(c["held"]) for c in ref_claims)
+    ref_papers = Counter(verdict_text(c["held"]) for i, c in ref_items
+                         if quick.get(i, {}).get("source_key") != OURS)
+    ref_ours = len(ref_items) - sum(ref_papers.values())
     done = [n for n, e in references.items() if e["status"] == "reference"]
     pending = {n: e for n, e in references.items() if e["status"] != "reference"}
     kinds = Counter(d["kind"] for d in diagnoses.values())
@@ -113,7 +117,9 @@ def render() -> str:
         f"{ours} claims of our own (predictions, choices and checks of actlab).",
         f"- **Reference scale** ({len(done)} of {len(references)} experiments, "
         f"{len(ref_claims)} claims): {ref_counts['held']} held, {ref_counts['not held']} not "
-        f"held, {ref_counts['undecided']} undecided.",
+        f"held, {ref_counts['undecided']} undecided; the documents' claims "
+        f"({sum(ref_papers.values())}): {ref_papers['held']} held, {ref_papers['not held']} not "
+        f"held, {ref_papers['undecided']} undecided, and {ref_ours} of our own.",
         "- **Pending**: " + ", ".join(f"{n} — {e['status']}" for n, e in sorted(pending.items()))
         + ".",
         *[f"- **Also pending**: {n}: {e['note']}" for n, e in sorted(references.items())
