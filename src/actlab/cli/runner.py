@@ -184,6 +184,9 @@ def reproduce_command(quick, full, only, out, resume, workers, device, native):
     options = RunOptions(out=Path(out), resume=resume, workers=workers, device=device,
                          command=list(sys.argv))
     outcome = reproduce(_scale(quick, full), names, options, echo=click.echo)
+    from actlab.runner.report import origin_counts
+
+    click.echo(origin_counts([c for e in outcome.entries for c in e.get("claims", [])]))
     click.echo(f"index: {outcome.index}")
     if outcome.failed:
         click.echo(f"error: {len(outcome.failed)} experiment(s) failed:", err=True)
