@@ -157,3 +157,41 @@ def test_reproduce_defaults_to_every_core_on_the_cpu_and_says_so_in_help():
     help_text = toy.invoke("reproduce", "--help").output
     assert "longest first" in help_text and "number of cores" in help_text
     assert toy.invoke("reproduce", "--workers", "0", "--only", "toy").exit_code == 2
+
+
+def test_a_pool_that_breaks_between_units_reruns_the_suspects_and_runs_the_rest(monkeypatch):
+    # The pool can break after `wait` returned (a worker died meanwhile): the next submit then
+    # raises. No unit may be lost: the unit not yet submitted goes back to the queue.
+    from concurrent.futures import Future
+    from concurrent.futures.process import BrokenProcessPool
+
+    import actlab.runner.backends as backends
+
+    pools: list[int] = []
+
+    class FlakyPool:
+        def __init__(self, workers: int, threads: int) -> None:
+            self.first = not pools
+            self.submits = 0
+            pools.append(workers)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc) -> None:
+            return None
+
+        def submit(self, fn, task):
+            self.submits += 1
+            if self.first and self.submits == 3:
+                raise BrokenProcessPool("a worker died")
+            future: Future = Future()
+            future.set_result({"id": task, "status": STATUS_OK})
+            return future
+
+    monkeypatch.setattr(backends, "_pool", FlakyPool)
+    monkeypatch.setattr(backends, "threads_per_worker", lambda workers: 1)
+    done: dict[int, str] = {}
+    run_indexed(["a", "b", "c", "d", "e"], lambda i, r: done.setdefault(i, r["id"]), workers=2)
+    assert done == {0: "a", 1: "b", 2: "c", 3: "d", 4: "e"}
+    assert len(pools) >= 2  # a fresh pool took over after the break

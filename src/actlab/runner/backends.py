@@ -126,7 +126,11 @@ def _run_pool(tasks: Sequence[UnitTask], queue: deque[int], on_done: Callable[[i
         while queue or in_flight:
             while queue and len(in_flight) < workers:
                 i = queue.popleft()
-                in_flight[pool.submit(execute_unit, tasks[i])] = i
+                try:
+                    in_flight[pool.submit(execute_unit, tasks[i])] = i
+                except BrokenProcessPool:  # a worker died since the last wait: i never ran
+                    queue.appendleft(i)
+                    return sorted(in_flight.values())
             done, _ = wait(in_flight, return_when=FIRST_COMPLETED)
             for future in sorted(done, key=in_flight.__getitem__):
                 if isinstance(future.exception(), BrokenProcessPool):
