@@ -99,7 +99,7 @@ def scheduled(tmp_path, monkeypatch):
             done = {p.parent.parent.name for p in tmp_path.glob("*/quick/summary.json")}
             events.append((table_time(tasks[i]), done))
 
-        def table_time(task):  # workdir: OUT/<experiment>/quick/work/<unit id>
+        def table_time(task):  # a unit works in OUT, EXPERIMENT, quick, "work", UNIT_ID
             return table[Path(task.workdir).parts[-4]][task.unit_id]
 
         run_indexed(tasks, record, 1, configs)
