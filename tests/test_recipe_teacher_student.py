@@ -24,7 +24,6 @@ from actlab.nn.residual_mlp import ResidualMLP
 from actlab.recipes.teacher_student import (
     ModelSettings,
     build_models,
-    check_plain_activations,
     check_shift_offsets,
     landscape,
     shift_conditions,
@@ -32,6 +31,7 @@ from actlab.recipes.teacher_student import (
     targets_from_teacher,
     train_students,
 )
+from actlab.runner.fields import check_plain_activations
 from actlab.train.ensemble import Ensemble
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))

@@ -5,21 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 
-def check_data_fields(cifar_dir: str, cifar_limit: int) -> None:
-    """Validate the ``cifar_dir``/``cifar_limit`` config fields (``ConfigError`` naming them)."""
-    from actlab.errors import ConfigError
-
-    if cifar_limit < 0:
-        raise ConfigError("cifar_limit", f"must be >= 0, got {cifar_limit}")
-    if cifar_dir:
-        from actlab.data.cifar import find_cifar10
-
-        try:
-            find_cifar10(cifar_dir)
-        except FileNotFoundError as exc:
-            raise ConfigError("cifar_dir", str(exc)) from None
-
-
 def load_image_data(cifar_dir: str = "", limit_train: int | None = None,
                     limit_test: int | None = None) -> Any:
     """scikit-learn's digits, or CIFAR-10 from ``cifar_dir`` when one is given (never downloaded)."""

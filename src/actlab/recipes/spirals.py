@@ -32,7 +32,7 @@ would, to rounding::
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -251,7 +251,7 @@ def _train_binary_sgd_ensemble(models: list[nn.Module], x: Tensor, y: Tensor, *,
         idx = torch.stack([order(step) for order in orders]).to(ensemble.device)
         return x[rows, idx], y[rows, idx]
 
-    trainer.fit(epochs * per_epoch, batch, [costs, *callbacks], progress=costs.until_stopped)
+    trainer.fit(epochs * per_epoch, batch, [costs, *callbacks])
     if per_epoch == 0:  # as train_binary_sgd: nothing trained, every epoch costs the same
         for run in runs:
             run.costs += run.costs[-1:] * epochs
@@ -296,15 +296,6 @@ class _MemberEpochCosts(Callback):
                 self.on_epoch(step // self.every, i, self.ensemble.member(DEFAULT_CONDITION, i))
         if not any(self.active):
             self.request_stop(STATUS_DIVERGED)
-
-    def until_stopped(self, steps: Iterable[int], **_: object) -> Iterator[int]:
-        """``steps`` until a stop is requested: :meth:`EnsembleTrainer.fit` takes it as its
-        ``progress`` wrapper, so training ends once every member has stopped (it does not
-        read stop requests itself)."""
-        for step in steps:
-            if self.stop_reason is not None:
-                return
-            yield step
 
 
 @torch.no_grad()

@@ -104,14 +104,6 @@ class ModelSettings(CheckedConfig):
         return settings_from(self, loss=self.loss)
 
 
-def check_plain_activations(field_name: str, specs: Sequence[str]) -> None:
-    """Teachers use the plain activation and students add their shift to it, so a spec that
-    already carries parameters (``relu:shift=0.1``) is refused."""
-    for spec in specs:
-        if ":" in spec:
-            raise ConfigError(field_name, f"give plain names (the shift is added), got {spec!r}")
-
-
 def check_shift_offsets(offsets: Sequence[float]) -> None:
     """Shift grids are offsets around the theory shift, so 0 (the theory shift) must be one."""
     if 0.0 not in [float(o) for o in offsets]:

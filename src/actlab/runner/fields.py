@@ -157,3 +157,11 @@ class CheckedConfig:
 
     def check(self) -> None:
         """Cross-field rules (none by default); raise ``ConfigError`` naming the field."""
+
+
+def check_plain_activations(field_name: str, specs: Sequence[str]) -> None:
+    """``ConfigError`` on ``field_name`` for a spec that already carries options
+    (``relu:shift=0.1``): experiments that add the shift themselves take plain names."""
+    for spec in specs:
+        if ":" in spec:
+            raise ConfigError(field_name, f"give plain names (the shift is added), got {spec!r}")

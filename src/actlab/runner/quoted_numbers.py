@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 
 _SUPERSCRIPT = str.maketrans("⁰¹²³⁴⁵⁶⁷⁸⁹⁻⁺", "0123456789-+")
 # A decimal written twice in a row, possibly with a degree sign between (math rendered twice).
@@ -25,6 +26,7 @@ _RANGE_PERCENT = re.compile(r"(?<![\w.])(\d+(?:\.\d+)?)\s*-\s*(\d+(?:\.\d+)?)\s*
 WINDOW = 4000  # characters after a locator's mention that count as "its section"
 
 
+@lru_cache(maxsize=16)  # a check looks up hundreds of numbers in the same few documents
 def normalise(text: str) -> str:
     """The text with minus signs, TeX dollars and doubled renderings made plain."""
     text = text.replace("−", "-").replace("–", "-").replace("$", " ").replace("{,}", ",")
@@ -34,7 +36,8 @@ def normalise(text: str) -> str:
     return _DOUBLED.sub(r"\1", text)
 
 
-def numbers_in(text: str) -> list[tuple[float, int]]:
+@lru_cache(maxsize=16)
+def numbers_in(text: str) -> tuple[tuple[float, int], ...]:
     """Every number in ``text`` as ``(value, position)`` in the normalised text; a number
     written as a percentage (``22.7%``) is read as the fraction (0.227)."""
     text = normalise(text)
@@ -54,7 +57,7 @@ def numbers_in(text: str) -> list[tuple[float, int]]:
         value = float(match.group(0).replace(",", ""))
         percent = text[match.end():match.end() + 2].lstrip().startswith("%")
         found.append((value / 100.0 if percent else value, match.start()))
-    return sorted(found, key=lambda pair: pair[1])
+    return tuple(sorted(found, key=lambda pair: pair[1]))
 
 
 _REFERENCE_BEFORE = re.compile(r"(?:Figure|Fig\.|Figs\.|Table|Section|§|Appendix|App\.|Eq\.|eq\.)\s*$")

@@ -421,17 +421,20 @@ class EnsembleTrainer:
         Callbacks fire at 0 (before the first update) and after each update, with the
         members' losses of that update, condition by condition (a ``(members,)`` tensor);
         gradients are kept (:meth:`last_member_grads`) only for updates a callback asks for.
+        A callback's stop request (:meth:`Callback.request_stop`) ends training after the
+        update it was made at, as in :class:`~actlab.train.loop.Trainer`.
         """
         for callback in callbacks:
             callback.rank = 0
-        if self.steps_done == 0:
-            fire(callbacks, "on_step", self, 0, None)
+        stopped = self.steps_done == 0 and fire(callbacks, "on_step", self, 0, None)
         for step in progress(range(self.steps_done, steps)):
+            if stopped:
+                break
             x, y = batch(step)
             want = any(c.wants_grads(step + 1) for c in callbacks)
             self.last_output = self.step(x, y, return_grads=want)
             losses = torch.cat([self.last_output.losses[c] for c in self.ensemble.conditions])
-            fire(callbacks, "on_step", self, step + 1, losses)
+            stopped = fire(callbacks, "on_step", self, step + 1, losses)
         for callback in callbacks:
             callback.on_end(self)
 

@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 from actlab.experiments.ablations.claims import claims as ablation_claims
 from actlab.experiments.ablations.figures import ablations_figure
 from actlab.experiments.ablations.summary import summarize
-from actlab.recipes.teacher_student import ModelSettings, check_plain_activations, train_students
+from actlab.recipes.teacher_student import ModelSettings, train_students
 from actlab.runner.experiment import (
     STATUS_DIVERGED,
     Claim,
@@ -27,7 +27,7 @@ from actlab.runner.experiment import (
     UnitResult,
     register,
 )
-from actlab.runner.fields import checked
+from actlab.runner.fields import check_plain_activations, checked
 
 # variant -> the ModelSettings fields it changes
 VARIANTS: dict[str, dict[str, Any]] = {

@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from actlab.errors import ConfigError, config_check
+from actlab.errors import config_check
 from actlab.experiments.lm_shift.claims import claims
 from actlab.experiments.lm_shift.figures import draw
 from actlab.experiments.lm_shift.summary import CONDITIONS, build_summary
@@ -40,7 +40,7 @@ from actlab.runner.experiment import (
     UnitResult,
     register,
 )
-from actlab.runner.fields import checked
+from actlab.runner.fields import check_plain_activations, checked
 from actlab.train.supervised import torch_threads
 
 
@@ -57,9 +57,8 @@ class LMShiftConfig(LMScale):
     def check(self) -> None:
         """The scale's checks; plain activation names that also build shifted."""
         super().check()
+        check_plain_activations("activations", self.activations)
         for spec in self.activations:
-            if ":" in spec:
-                raise ConfigError("activations", f"give plain names (the shift is added): {spec!r}")
             config_check("activations", self.model_config, activation=f"{spec}:adaptive")
 
 

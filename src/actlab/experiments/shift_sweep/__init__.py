@@ -17,7 +17,6 @@ from actlab.experiments.shift_sweep.figures import shift_sweep_figure
 from actlab.experiments.shift_sweep.summary import loss_by_shift, summarize
 from actlab.recipes.teacher_student import (
     ModelSettings,
-    check_plain_activations,
     check_shift_offsets,
     shift_conditions,
     train_students,
@@ -31,7 +30,7 @@ from actlab.runner.experiment import (
     UnitResult,
     register,
 )
-from actlab.runner.fields import checked
+from actlab.runner.fields import check_plain_activations, checked
 
 
 @dataclass

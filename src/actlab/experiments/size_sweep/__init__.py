@@ -23,7 +23,6 @@ from actlab.experiments.size_sweep.figures import optimal_shift_figure, size_gri
 from actlab.experiments.size_sweep.summary import grid_cells, optimal_samples, summarize
 from actlab.recipes.teacher_student import (
     ModelSettings,
-    check_plain_activations,
     check_shift_offsets,
     shift_conditions,
     train_students,
@@ -37,7 +36,7 @@ from actlab.runner.experiment import (
     UnitResult,
     register,
 )
-from actlab.runner.fields import checked
+from actlab.runner.fields import check_plain_activations, checked
 
 
 def parse_size(text: str) -> tuple[int, int, int]:

@@ -26,7 +26,6 @@ from actlab.experiments.teacher_student.figures import teacher_student_figures
 from actlab.experiments.teacher_student.summary import summarize
 from actlab.recipes.teacher_student import (
     ModelSettings,
-    check_plain_activations,
     curvature_top,
     landscape,
     start_point,
@@ -41,7 +40,7 @@ from actlab.runner.experiment import (
     UnitResult,
     register,
 )
-from actlab.runner.fields import checked
+from actlab.runner.fields import check_plain_activations, checked
 
 PAPER_ACTIVATIONS = ("relu", "gelu", "silu", "sigmoid")
 
