@@ -153,6 +153,43 @@ def test_preact_grad_cov_is_the_covariance_part_of_the_weight_gradient() -> None
     assert set(df.metric) == {"preact_grad_cov", "preact_grad_mean"}
 
 
+class SharedAct(nn.Module):
+    """One activation module called after Linears of different widths (6 -> 4 and 4 -> 4)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1, self.fc2, self.act = nn.Linear(6, 4), nn.Linear(4, 4), nn.Tanh()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.act(self.fc2(self.act(self.fc1(x))))
+
+
+def test_preact_grad_cov_pools_row_means_over_the_passes_of_a_shared_module() -> None:
+    """Dense reference: the covariance over all rows of both passes of the pairs
+    (mean_i g_ni, mean_k x_nk), each pass with its own feeding Linear's input."""
+    torch.manual_seed(0)
+    model = SharedAct().double()
+    x = torch.randn(9, 6, dtype=torch.float64)
+    probe = actlab.Probe(model, metrics=["preact_grad_cov", "preact_grad_mean"])
+    model(x).pow(3).sum().backward()
+    probe.step()
+    df = probe.table()
+    probe.close()
+    # the reference, with autograd on explicit intermediates
+    p1 = model.fc1(x)
+    p1.retain_grad()
+    h = torch.tanh(p1)
+    p2 = model.fc2(h)
+    p2.retain_grad()
+    torch.tanh(p2).pow(3).sum().backward()
+    g_rows = torch.cat([p1.grad.mean(1), p2.grad.mean(1)])
+    x_rows = torch.cat([x.mean(1), h.detach().mean(1)])
+    cov = ((g_rows - g_rows.mean()) * (x_rows - x_rows.mean())).mean()
+    assert lookup(df, 0, "act", "preact_grad_cov") == pytest.approx(float(cov), rel=1e-10)
+    g_mean = torch.cat([p1.grad.reshape(-1), p2.grad.reshape(-1)]).mean()
+    assert lookup(df, 0, "act", "preact_grad_mean") == pytest.approx(float(g_mean), rel=1e-10)
+
+
 def test_dead_units_exact_and_per_batch_on_constructed_model() -> None:
     model = nn.Sequential(nn.Linear(3, 6), nn.ReLU(), nn.Linear(6, 1))
     with torch.no_grad():

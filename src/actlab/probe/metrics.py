@@ -25,7 +25,10 @@ Activation site, backward (``g = dL/dp`` for the loss ``L`` that is backpropagat
     ``Cov_n(g_ni, x_nk)``. Because the mean over ``(i, k)`` of a covariance is the covariance
     of the row sums, it is computed as ``Cov_n(sum_i g_ni, sum_k x_nk) / (d_out * d_in)`` in
     O(rows * (d_out + d_in)). It is exactly the covariance part of the mean weight gradient:
-    ``mean(dL/dW) = rows * (mean_i E[g_i] * mean_k E[x_k] + preact_grad_cov)``.
+    ``mean(dL/dW) = rows * (mean_i E[g_i] * mean_k E[x_k] + preact_grad_cov)``. Equivalently
+    it is the covariance over rows of the row means ``mean_i g_ni`` and ``mean_k x_nk``; a
+    module called at several places (fed by Linears of different widths) pools those pairs
+    over all its passes.
 
 Linear / conv weight ``w`` (``w_0`` at probe creation, ``w_prev`` at the previous record)
     ``weight_mean``, ``weight_std`` (population), ``weight_neg_frac``;
@@ -255,20 +258,23 @@ def backward_stats(raw: np.ndarray, numel: np.ndarray, rows: np.ndarray,
     (None: no covariance). ``scale`` multiplies ``g`` (the probe's ``1 / world size``: each
     rank's loss is its own mean, the global loss their mean)."""
     out = {"grad": Stat("sum", [(numel * raw[:, 0]).sum() * scale, numel.sum()])}
-    if fan is not None:
-        # the co-moment of the row sums G (scaled like g) and X; backward_raw's cov is its mean
-        out["cov"] = comoments_rows(rows, raw[:, 2] * scale, raw[:, 3], rows * raw[:, 1] * scale)
-        out["fan"] = Stat("max", fan[:1])
+    if fan is not None and len(rows):
+        # the co-moment of the row means G / d_out (scaled like g) and X / d_in: passes fed by
+        # Linears of different widths (a module called at several places) pool consistently
+        d_out = numel / rows
+        d_in = fan / d_out
+        out["cov"] = comoments_rows(rows, raw[:, 2] * scale / d_out, raw[:, 3] / d_in,
+                                    rows * raw[:, 1] * scale / fan)
     return out
 
 
 def backward_metrics(stats: Stats) -> dict[str, float]:
     """Backward metrics of a site from (merged) :func:`backward_stats`."""
     total, count = stats["grad"].value
-    out = {"preact_grad_mean": float(total / count)}
+    out = {"preact_grad_mean": float(total / count) if count else float("nan")}
     if "cov" in stats:
         n, _, _, c = stats["cov"].value
-        out["preact_grad_cov"] = float(c / n / stats["fan"].value[0])
+        out["preact_grad_cov"] = float(c / n)
     return out
 
 

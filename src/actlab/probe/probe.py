@@ -39,8 +39,9 @@ from actlab.errors import ConfigError
 from actlab.probe import distributed as D
 from actlab.probe import metrics as M
 from actlab.probe.collectors import Collector, collectors_for
+from actlab.probe.collectors.builtin import ActivationBackward
 from actlab.probe.columns import COLUMNS
-from actlab.probe.compiled import COMPILED_UNSUPPORTED, find_compiled
+from actlab.probe.compiled import TAP_SLOTS, GradTap, find_compiled, new_carrier
 from actlab.probe.forward import default_forward
 from actlab.probe.merge import Stat, Stats
 from actlab.probe.names import is_ddp, layer_name, unwrapped_modules
@@ -107,6 +108,9 @@ class _Where:
     out: list[tuple[Collector | None, torch.Tensor, Any]] | None = None
     grad_scale: float = 1.0  # 1 / world size: each rank's loss is its own mean
     global_batch: bool = False  # under a process group: unmergeable statistics keep the data
+    # compiled models: the leaf whose gradient receives GradTap's rows, and this call's passes
+    carrier: torch.Tensor | None = None
+    calls: int = 0
 
 
 @dataclass(eq=False)
@@ -363,7 +367,11 @@ class Probe:
                     add(site.module.register_forward_pre_hook(self._make_pre_hook(site)))
                     add(site.module.register_forward_hook(self._make_post_hook(site)))
                 else:
+                    if self._persistent and self._want_bwd:
+                        add(site.module.register_forward_pre_hook(self._make_tap_hook(site)))
                     add(site.module.register_forward_hook(self._make_site_hook(site)))
+                if self._persistent and self._want_bwd:
+                    add(self._carrier(site).register_hook(self._make_carrier_hook(site)))
             if self._want_cov:
                 dense = (self._feeders.values() if self._feeders_known
                          else [m for m in self.model.modules() if _is_dense(m)])
@@ -412,7 +420,10 @@ class Probe:
         if not self._want_cov or last is None or last[0] is not p:
             return None, 0
         x = last[1]
-        self._feeders[id(last[2])] = last[2]
+        if not self._persistent:  # learned to hook only the feeders from the next step on
+            self._feeders[id(last[2])] = last[2]
+        else:  # consumed: the graph need not hand the tensors out
+            self._last_linear = None
         return M.input_row_sums(x), x.shape[-1]
 
     def _observe_into(self, where: _Where, collectors: list[Collector], *tensors: Any) -> None:
@@ -432,8 +443,9 @@ class Probe:
     def _harvest(self, *_: Any) -> None:
         """File the passes the hooks handed over during a compiled call (runs eagerly)."""
         self._last_conv = False  # read before any write in a graph: keep its guard stable
+        self._last_linear = None
         for where in (*self.sites, *self.blocks, *self.inputs):
-            out, where.out = where.out, None
+            out, where.out, where.calls = where.out, None, 0
             for collector, raw, meta in out or ():
                 if collector is None:  # histogram counts
                     where.hist = raw if where.hist is None else where.hist + raw
@@ -441,13 +453,40 @@ class Probe:
                     where.passes.setdefault(collector, []).append((raw, meta))
 
     def _drop_compiled_unsupported(self) -> None:
-        """Leave out the site-backward metrics on a compiled model, with a warning."""
-        dropped = [m for m in self.metrics if m in COMPILED_UNSUPPORTED]
-        if dropped:
-            warnings.warn(f"Probe on a torch.compile model: {dropped} need a hook on an "
-                          f"intermediate tensor, which would split the compiled graph; they "
-                          f"are not recorded (probe the eager model for them)", stacklevel=3)
-        self._want_bwd = self._want_cov = False
+        """Leave out registered site-gradient collectors on a compiled model, with a warning:
+        only the built-in backward statistics run inside the compiled backward (GradTap)."""
+        foreign = [c for c in self._grad_collectors if not isinstance(c, ActivationBackward)]
+        if foreign:
+            dropped = [m for c in foreign for m in c.metrics]
+            warnings.warn(f"Probe on a torch.compile model: {dropped} read the gradient at an "
+                          f"activation through a hook on an intermediate tensor, which would "
+                          f"split the compiled graph; they are not recorded (probe the eager "
+                          f"model for them)", stacklevel=3)
+            self._grad_collectors = [c for c in self._grad_collectors if c not in foreign]
+            self._want_bwd = bool(self._grad_collectors)
+
+    def _carrier(self, site: _Where) -> torch.Tensor:
+        """The site's carrier, created once on the device of the model's parameters."""
+        if site.carrier is None:
+            param = next(iter(site.module.parameters()), None) or \
+                next(iter(self.model.parameters()), None)
+            site.carrier = new_carrier(param.device if param is not None else torch.device("cpu"))
+        return site.carrier
+
+    def _make_carrier_hook(self, site: _Where) -> Callable:
+        def hook(rows: torch.Tensor) -> torch.Tensor:
+            # one record per backward pass: its used rows are told apart on the host
+            if not self._closed and self._attached:
+                for collector in self._grad_collectors:
+                    site.passes.setdefault(collector, []).append((rows.detach(), None))
+            return torch.zeros_like(rows)  # nothing accumulates in the carrier's .grad
+        return hook
+
+    def _tap(self, site: _Where, p: torch.Tensor, x_rows: torch.Tensor | None, fan: int,
+             copy: bool) -> torch.Tensor:
+        slot = site.calls % TAP_SLOTS  # a constant of the trace: calls restarts at 0 each call
+        site.calls += 1
+        return GradTap.apply(p, site.carrier, x_rows, slot, fan, copy)
 
     def _observe(self, site: _Where, p: torch.Tensor, a: torch.Tensor | None) -> None:
         if a is None:
@@ -475,11 +514,16 @@ class Probe:
             self._buffers[key] = buf
         return buf
 
-    def _register_grad(self, site: _Where, p: torch.Tensor) -> None:
+    def _register_grad(self, site: _Where, p: torch.Tensor,
+                       copy: bool = False) -> torch.Tensor | None:
+        """Arrange for the statistics of ``dL/dp``: a hook on ``p`` (eager), or the tapped
+        ``p`` to use instead (compiled models; ``copy`` for an in-place site)."""
         if not (self._want_bwd and p.requires_grad and torch.is_grad_enabled()):
-            return
+            return None
         x_rows, d_in = self._feeding_rows(p)
         fan = p.shape[-1] * d_in if x_rows is not None else 0
+        if self._persistent:
+            return self._tap(site, p, x_rows, fan, copy)
         collectors = self._grad_collectors
 
         def on_grad(g: torch.Tensor) -> None:
@@ -487,6 +531,7 @@ class Probe:
                 self._observe_into(site, collectors, g, x_rows, fan)
 
         p.register_hook(on_grad)
+        return None
 
     def _make_site_hook(self, site: _Where) -> Callable:
         def hook(module: nn.Module, inputs: tuple, output: Any) -> None:
@@ -496,7 +541,17 @@ class Probe:
             p = inputs[0]
             a = output if isinstance(output, torch.Tensor) else None
             self._observe(site, p, a)
-            self._register_grad(site, p)
+            if not self._persistent:  # compiled models: tapped before the call
+                self._register_grad(site, p)
+        return hook
+
+    def _make_tap_hook(self, site: _Where) -> Callable:
+        def hook(module: nn.Module, inputs: tuple) -> tuple | None:
+            if self._paused or not self._attached or not inputs or \
+                    not isinstance(inputs[0], torch.Tensor):
+                return None
+            tapped = self._register_grad(site, inputs[0])
+            return None if tapped is None else (tapped, *inputs[1:])
         return hook
 
     def _make_pre_hook(self, site: _Where) -> Callable:
@@ -507,7 +562,8 @@ class Probe:
             p = inputs[0]
             # keep a copy of p's moments: the in-place call is about to overwrite p
             site.pending = p.detach().clone()
-            self._register_grad(site, p)
+            tapped = self._register_grad(site, p, copy=True)
+            return None if tapped is None else (tapped, *inputs[1:])
         return hook
 
     def _make_post_hook(self, site: _Where) -> Callable:
@@ -612,7 +668,8 @@ class Probe:
             if self._persistent:
                 self._harvest()  # passes run outside a compiled wrapper's call
             self._close_step(self._step)
-            if self._want_cov and not self._feeders_known and self._saw_site:
+            if self._want_cov and not self._feeders_known and self._saw_site and \
+                not self._persistent:
                 self._feeders_known = True
                 self._detach()  # re-attached below, hooking only the learned feeders
         self._step += 1

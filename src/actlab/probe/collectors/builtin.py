@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import numpy as np
@@ -11,6 +12,20 @@ from actlab.probe import metrics as M
 from actlab.probe.collectors.base import Collector
 from actlab.probe.distributed import local
 from actlab.probe.merge import Stat, Stats
+
+
+def _tap_rows(where: Any, records: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The passes in GradTap carrier gradients (one ``(slots, 8)`` record per backward):
+    ``backward_raw`` rows and their ``(numel, rows, fan)``. A row that several passes wrote
+    (more forward calls before one backward than a carrier keeps apart) is dropped."""
+    rows = np.concatenate([np.asarray(r).reshape(-1, 8) for r in records])
+    merged = rows[:, 0] > 1
+    if merged.any():
+        warnings.warn(f"probe: {int(merged.sum())} backward record(s) of {where.name} summed "
+                      f"several forward calls of a compiled model; their gradient statistics "
+                      f"are left out (run one backward per forward call)", stacklevel=2)
+    used = rows[rows[:, 0] == 1]
+    return used[:, 4:], used[:, 1:4]
 
 
 class ActivationForward(Collector):
@@ -85,7 +100,9 @@ class ActivationBackward(Collector):
     def stats(self, where: Any, raw: np.ndarray, meta: list[Any]) -> Stats:
         """:func:`~actlab.probe.metrics.backward_stats` (``g`` scaled by ``where.grad_scale``);
         the covariance only if every pass had a feeding Linear."""
-        info = np.asarray(meta, dtype=np.float64)
+        if meta and meta[0] is None:  # GradTap records (compiled models): rows carry the meta
+            raw, meta = _tap_rows(where, raw)
+        info = np.asarray(meta, dtype=np.float64).reshape(-1, 3)
         has_cov = bool((info[:, 2] > 0).all())
         return M.backward_stats(raw, info[:, 0], info[:, 1], info[:, 2] if has_cov else None,
                                 getattr(where, "grad_scale", 1.0))
