@@ -6,7 +6,9 @@ Each condition is an object with ``after_step()`` (called after ``optimizer.step
 * :class:`ProbeCondition`: ``actlab.Probe`` with its default metrics;
 * :class:`ItemHooks`: forward hooks on every activation site that compute the mean, the
   share of negative inputs and the sparsity and read each with ``.item()`` (a host sync per
-  statistic) on recorded steps;
+  statistic) on recorded steps; with ``full=True`` the same eight forward statistics per site
+  the probe records (pre-activation mean, std and negative share; activation mean, std, max,
+  min and sparsity), so the two compare like for like on the activations;
 * :class:`WandbWatch`: ``wandb.watch(model, log="all", log_freq=every)`` in an offline run
   (``None`` from :func:`wandb_condition` if wandb cannot be imported).
 """
@@ -53,11 +55,13 @@ class ProbeCondition:
 
 
 class ItemHooks:
-    """Forward hooks reading mean, negative share and sparsity with ``.item()``."""
+    """Forward hooks reading mean, negative share and sparsity (``full``: the probe's eight
+    forward statistics) with ``.item()``."""
 
-    def __init__(self, model: nn.Module, every: int, eps: float = 1e-7) -> None:
-        self.every, self.eps, self.step, self.on = every, eps, 0, True
-        self.rows: list[tuple[int, str, float, float, float]] = []
+    def __init__(self, model: nn.Module, every: int, eps: float = 1e-7,
+                 full: bool = False) -> None:
+        self.every, self.eps, self.step, self.on, self.full = every, eps, 0, True, full
+        self.rows: list[tuple[Any, ...]] = []
         root = getattr(model, "_orig_mod", model)
         root = getattr(root, "module", root)  # DDP
         self.handles = [site.register_forward_hook(self._hook(name))
@@ -67,8 +71,12 @@ class ItemHooks:
         def hook(module: nn.Module, inputs: tuple, output: torch.Tensor) -> None:
             if self.on:  # a bool, not the step: a compiled model guards on it
                 p, a = inputs[0].detach(), output.detach()
-                self.rows.append((self.step, name, a.mean().item(), (p < 0).float().mean().item(),
-                                  (a.abs() < self.eps).float().mean().item()))
+                row = [a.mean().item(), (p < 0).float().mean().item(),
+                       (a.abs() < self.eps).float().mean().item()]
+                if self.full:
+                    row += [p.mean().item(), p.std(correction=0).item(),
+                            a.std(correction=0).item(), a.max().item(), a.min().item()]
+                self.rows.append((self.step, name, *row))
         return hook
 
     def after_step(self) -> None:

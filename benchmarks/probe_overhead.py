@@ -19,13 +19,13 @@ DDP run (gloo, one thread each; the figure is the mean of the ranks' ratios). Be
 probe (every 10 steps / every step) they time, in the same interleaved rounds and at the
 same intervals, the peers a user would otherwise reach for (benchmarks/overhead_peers.py):
 ``wandb.watch(model, log="all", log_freq=10 / 1)`` in an offline run (skipped if wandb
-cannot import) and forward hooks reading mean, negative share and sparsity per activation
-with ``.item()``. Every condition warms up (compiles) on 10 steps before timing, and the
+cannot import) and forward hooks reading, per activation with ``.item()``, mean, negative
+share and sparsity (``items``) or the probe's eight forward statistics (``items8``). Every condition warms up (compiles) on 10 steps before timing, and the
 time to read the probe's table is added to its rounds. ``--smoke`` runs them at a tiny
 shape, one round, dynamo's ``eager`` backend: a check that everything runs (< 30 s), not a
 measurement.
 
-Goals (issues 3 and 21): <= 1.05x recording every 10 steps, <= 1.25x recording every step.
+Goals: <= 1.05x recording every 10 steps, <= 1.25x recording every step.
 On CPU the clock is the process's CPU time (robust to other processes sharing the cores;
 run with ``--threads 1`` so CPU time equals busy time), on GPU wall time after a
 synchronise. Timings on a shared machine are still noisy; the interleaving keeps them fair.
@@ -288,7 +288,7 @@ def measure_trainer(device: torch.device, rounds: int, quick: bool) -> dict[str,
 # ----------------------------------------------------------------------------- compiled, DDP
 # Conditions of the compiled and distributed runs: the bare model, the probe and its peers
 # (benchmarks/overhead_peers.py), each recording every 10 steps and every step.
-PEERS = ("probe", "items", "wandb")
+PEERS = ("probe", "items", "items8", "wandb")
 MEASUREMENTS = ("resmlp", "gpt", "trainer", "compiled", "ddp")
 
 
@@ -321,8 +321,8 @@ def make_conditions(base: nn.Module, wrap: Callable[[nn.Module], nn.Module],
             return model, Plain()
         if kind == "probe":
             return model, ProbeCondition(model, every, blocks=["blocks.0"])
-        if kind == "items":
-            return model, ItemHooks(model, every)
+        if kind in ("items", "items8"):
+            return model, ItemHooks(model, every, full=kind == "items8")
         made = wandb_condition(model, every)
         return None if made is None else (model, made)
 
