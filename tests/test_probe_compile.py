@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 import actlab
+from actlab.probe.metrics import ACT_KURTOSIS, ACT_OUTPUT_GRAD, ALL_METRICS
 from actlab.probe.names import layer_name, unwrapped_modules
 
 STEPS, EVERY, WARMUP = 20, 5, 10  # warm-up: recorded steps 0 and 5 and unrecorded ones ran
@@ -52,7 +53,9 @@ def train(model: nn.Module, counter: object = None) -> dict:
                 torch.randn(2, 8, 3, generator=gen, dtype=torch.float64)) for _ in range(STEPS)]
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        probe = actlab.Probe(model, every=EVERY, blocks=["fc2"], histograms=8)
+        # the default set and the opt-in kurtosis (the output-gradient family is eager-only)
+        probe = actlab.Probe(model, every=EVERY, blocks=["fc2"], histograms=8,
+                             metrics=ALL_METRICS + ACT_KURTOSIS)
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     frames_after_warmup = None
     for step, (xs, ys) in enumerate(batches):
@@ -159,6 +162,16 @@ def test_registered_gradient_metric_is_refused_on_a_compiled_model_with_a_warnin
         probe.close()
     finally:
         unregister_metric("g_peak")
+
+
+def test_output_gradient_metrics_are_left_out_on_a_compiled_model_with_a_warning() -> None:
+    model = torch.compile(nn.Sequential(nn.Linear(3, 4), nn.ReLU()), backend="eager")
+    with pytest.warns(UserWarning, match="act_grad_rms"):
+        probe = actlab.Probe(model, metrics=["act_mean", *ACT_OUTPUT_GRAD])
+    model(torch.randn(2, 3)).sum().backward()
+    probe.step()
+    assert set(probe.table().metric) == {"act_mean"}
+    probe.close()
 
 
 def test_layer_name_strips_wrapper_segments() -> None:

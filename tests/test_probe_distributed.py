@@ -183,6 +183,10 @@ def test_two_ranks_equal_one_process_on_the_global_batch(mode, tmp_path, referen
     assert set(want["metric"]) == set(available_metrics())
     assert {"0", "2", "4", "6", "8", "1", "3", "5", "7"} <= set(want["layer"])
     assert sorted(set(want["step"])) == list(range(STEPS + 1))
+    # the largest activation sits in either rank's half of the batch on some step, so the
+    # global token index (rank 0's tokens first) is compared on both sides of the offset
+    tokens = want[want["metric"] == "act_absmax_token"]["value"]
+    assert (tokens >= BATCH // WORLD).any() and (tokens < BATCH // WORLD).any()
     _assert_same(got["table"], want, ["step", "layer", "metric"], "value")
     _assert_same(got["hist"], reference["hist"], ["step", "layer", "kind", "bin_left"], "count")
     # one reduction per step close: MAX (+ layout check), SUM, and one all-gather

@@ -22,9 +22,10 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from actlab.errors import ConfigError
 from actlab.probe.probe import Probe
+from actlab.probe.writers import PREFIX, tag
 from actlab.train.placement import move_batch
 
-PREFIX = "actlab"
+__all__ = ["PREFIX", "Curvature", "ProbeSession", "key"]
 CURVATURE_LAYER = "model"  # the layer name curvature values are logged under
 
 LossOf = Callable[[nn.Module, Any], torch.Tensor]
@@ -140,8 +141,9 @@ def _is_main() -> bool:
 
 
 def key(metric: str, layer: str) -> str:
-    """The logged name of one value: ``actlab/<metric>/<layer>``."""
-    return f"{PREFIX}/{metric}/{layer}"
+    """The logged name of one value: ``actlab/<metric>/<layer>``, as every probe writer
+    logs it (:func:`actlab.probe.writers.tag`)."""
+    return tag(layer, metric)
 
 
 class _Collect:

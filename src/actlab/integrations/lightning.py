@@ -20,8 +20,9 @@ import pandas as pd
 from lightning.pytorch import Callback, LightningModule, Trainer
 
 from actlab.integrations._session import Curvature, ProbeSession
+from actlab.train.loss_spike import SERIES, SpikeGuard, grad_norm
 
-__all__ = ["Curvature", "ProbeCallback"]
+__all__ = ["Curvature", "LossSpikeCallback", "ProbeCallback"]
 
 
 class ProbeCallback(Callback):
@@ -80,3 +81,55 @@ class ProbeCallback(Callback):
     def table(self) -> pd.DataFrame:
         """All recorded values: columns step (0-based optimizer step), layer, metric, value."""
         return self.session.table()
+
+
+class LossSpikeCallback(Callback):
+    """Log or stop on a spike of the loss or the gradient norm (a rolling z-score,
+    :class:`~actlab.train.loss_spike.SpikeGuard`) in a Lightning ``Trainer``.
+
+    The gradient norm is read in ``on_before_optimizer_step`` (after the all-reduce, before
+    clipping; one host synchronisation per step), the loss (the ``training_step`` output)
+    in ``on_train_batch_end``; both are judged at ``trainer.global_step`` after the update.
+    ``action="stop"`` sets ``trainer.should_stop`` and prints one line naming the step and
+    the score. Arguments as :class:`SpikeGuard`. Under DDP every rank judges the same
+    gradient norm but its own loss: log the ranks' mean loss in ``training_step`` (or watch
+    only ``grad_norm``) so that every rank stops together.
+    """
+
+    def __init__(self, window: int = 50, threshold: float = 6.0, warmup: int = 20,
+                 action: str = "log", watch: Iterable[str] = SERIES) -> None:
+        self.guard = SpikeGuard(window, threshold, warmup, action, watch)
+        self._grad_norm: float | None = None
+        self._seen_step = 0
+
+    @property
+    def events(self) -> list[dict[str, Any]]:
+        """The spikes seen: ``{"step", "series", "value", "score"}``."""
+        return self.guard.events
+
+    def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        """Start counting steps where the trainer is (a resumed run)."""
+        self._seen_step = trainer.global_step
+
+    def on_before_optimizer_step(self, trainer: Trainer, pl_module: LightningModule,
+                                 optimizer: Any) -> None:
+        """The gradient is complete (and reduced): take its norm."""
+        if "grad_norm" in self.guard.watch:
+            self._grad_norm = grad_norm(pl_module.parameters())
+
+    def on_train_batch_end(self, trainer: Trainer, pl_module: LightningModule, outputs: Any,
+                           batch: Any, batch_idx: int) -> None:
+        """After an optimizer step: judge its loss and gradient norm."""
+        if trainer.global_step == self._seen_step:
+            return
+        self._seen_step = step = trainer.global_step
+        self.guard.quiet = not trainer.is_global_zero  # only rank 0 prints
+        loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
+        stop = False
+        if loss is not None:
+            stop |= self.guard.observe(step, "loss", float(loss.detach().float().mean()))
+        if self._grad_norm is not None:
+            stop |= self.guard.observe(step, "grad_norm", self._grad_norm)
+            self._grad_norm = None
+        if stop:
+            trainer.should_stop = True

@@ -24,8 +24,9 @@ from transformers import TrainerCallback
 from transformers.trainer_callback import CallbackHandler
 
 from actlab.integrations._session import Curvature, ProbeSession
+from actlab.train.loss_spike import SERIES, SpikeGuard
 
-__all__ = ["Curvature", "ProbeCallback"]
+__all__ = ["Curvature", "LossSpikeCallback", "ProbeCallback"]
 
 
 class ProbeCallback(TrainerCallback):
@@ -94,6 +95,39 @@ class ProbeCallback(TrainerCallback):
     def table(self) -> pd.DataFrame:
         """All recorded values: columns step (0-based optimizer step), layer, metric, value."""
         return self.session.table()
+
+
+class LossSpikeCallback(TrainerCallback):
+    """Log or stop on a spike of the loss or the gradient norm (a rolling z-score,
+    :class:`~actlab.train.loss_spike.SpikeGuard`) in a ``transformers.Trainer``.
+
+    It judges the ``loss`` and ``grad_norm`` the Trainer logs (``logging_steps``: set it to 1
+    to judge every step) at the step they are logged (``state.global_step``, after that
+    step's update); ``action="stop"`` sets ``control.should_training_stop`` and prints one
+    line naming the step and the score. Arguments as :class:`SpikeGuard`.
+    """
+
+    def __init__(self, window: int = 50, threshold: float = 6.0, warmup: int = 20,
+                 action: str = "log", watch: Iterable[str] = SERIES) -> None:
+        self.guard = SpikeGuard(window, threshold, warmup, action, watch)
+
+    @property
+    def events(self) -> list[dict[str, Any]]:
+        """The spikes seen: ``{"step", "series", "value", "score"}``."""
+        return self.guard.events
+
+    def on_log(self, args: Any, state: Any, control: Any, logs: dict | None = None,
+               **kwargs: Any) -> None:
+        """Judge the logged loss and gradient norm (other log events are ignored)."""
+        if not logs or "loss" not in logs:
+            return
+        self.guard.quiet = not state.is_world_process_zero  # only the main process prints
+        stop = False
+        for series in self.guard.watch:
+            if series in logs:
+                stop |= self.guard.observe(state.global_step, series, float(logs[series]))
+        if stop:
+            control.should_training_stop = True
 
 
 def _calling_handler() -> CallbackHandler | None:

@@ -3,7 +3,7 @@
 ``Probe`` (hooks, schedule, lifecycle, flush), ``collectors`` (one class per metric family
 and the registry behind ``register_metric``), ``measure`` (``measure_once``, the one-shot
 pass), ``metrics`` (vocabulary and reductions), ``schedule``
-(every N / log-spaced / listed steps), ``writers`` (CSV, Parquet, TensorBoard, MLflow) and
+(every N / log-spaced / listed steps), ``writers`` (CSV, Parquet, JSONL, TensorBoard, MLflow, W&B) and
 ``plots``. Names are imported lazily so that importing the package stays cheap.
 """
 
@@ -25,6 +25,8 @@ _LAZY = {
     "measure_once": "actlab.probe.measure:measure_once",
     "TensorBoardWriter": "actlab.probe.writers:TensorBoardWriter",
     "MLflowWriter": "actlab.probe.writers:MLflowWriter",
+    "WandbWriter": "actlab.probe.writers:WandbWriter",
+    "JsonlWriter": "actlab.probe.writers:JsonlWriter",
     "plot_metric": "actlab.probe.plots:plot_metric",
     "plot_histogram_strip": "actlab.probe.plots:plot_histogram_strip",
 }

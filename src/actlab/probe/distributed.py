@@ -8,8 +8,10 @@ layers:
    signature of the layout and the length of this rank's gathered part (checked first, so
    ranks that recorded different statistics fail with a clear error instead of hanging);
 2. one ``all_reduce(SUM)`` of the packed ``sum`` statistics;
-3. one ``all_gather`` of the packed ``moments``, ``comoments`` and ``concat`` statistics,
-   merged on the host by the parallel formulas (:mod:`actlab.probe.merge`).
+3. one ``all_gather`` of the packed ``moments``, ``comoments``, ``moments4``, ``argmax`` and
+   ``concat`` statistics, merged on the host in rank order by the parallel formulas
+   (:mod:`actlab.probe.merge`); an ``argmax`` location is thereby a position in the ranks'
+   concatenation (rank 0's passes first).
 
 Replicated records (a weight under DDP, identical on every rank) are not reduced.
 """
@@ -25,7 +27,7 @@ import torch.distributed as dist
 
 from actlab.probe.merge import Stat, Stats, merge_values
 
-_GATHERED = ("moments", "comoments", "concat")
+_GATHERED = ("moments", "comoments", "moments4", "argmax", "concat")
 
 
 def world(group: Any = None) -> int:

@@ -17,6 +17,19 @@ Activation site, forward (pre-activation ``p`` = the site's input, activation ``
     "Bug or Feature²");
     ``saturation_frac`` (bounded activations only) share of ``a`` within ``tol`` of either
     output bound (``tol = 0.01``: tanh ``|a| > 0.99``, sigmoid ``a < 0.01`` or ``a > 0.99``).
+    ``act_rms = sqrt(mean a^2)``, ``preact_rms``; ``act_nonfinite`` / ``preact_nonfinite``
+    the *number* of NaN or infinite elements; ``act_absmax = max |a|`` and where it sits:
+    ``act_absmax_channel`` its index in the last dimension, ``act_absmax_token`` its index
+    over the flattened leading dimensions, counted over the step's passes in order (and the
+    ranks in rank order: rank 0's tokens first). Non-finite elements are not dropped: they
+    make the tensor's moments, counts and extremes non-finite (NaN) for that step, and the
+    ``*_nonfinite`` counts say how many there were.
+    Opt-in: ``act_kurtosis = n m4 / m2^2`` with ``m_k = sum (a - mean)^k`` (non-excess:
+    3 for a Gaussian), ``preact_kurtosis`` likewise.
+
+Activation site, output gradient (opt-in, eager models: ``h = dL/da``)
+    ``act_grad_rms = sqrt(mean h^2)``, ``act_grad_absmax = max |h|``, ``act_grad_nonfinite``
+    the number of NaN or infinite elements of ``h``.
 
 Activation site, backward (``g = dL/dp`` for the loss ``L`` that is backpropagated)
     ``preact_grad_mean`` mean of ``g``. ``preact_grad_cov``: with ``x`` the input of the
@@ -33,7 +46,8 @@ Activation site, backward (``g = dL/dp`` for the loss ``L`` that is backpropagat
 Linear / conv weight ``w`` (``w_0`` at probe creation, ``w_prev`` at the previous record)
     ``weight_mean``, ``weight_std`` (population), ``weight_neg_frac``;
     ``drift_z = mean|w - w_0| / std(w_0)`` ("Bug or Feature²"'s Z-score); ``dist_from_init =
-    ||w - w_0||_F``; ``update_norm = ||w - w_prev||_F``; ``grad_norm = ||dL/dw||_F`` and
+    ||w - w_0||_F``; ``update_norm = ||w - w_prev||_F``;
+    ``update_ratio = update_norm / ||w||_F``; ``grad_norm = ||dL/dw||_F`` and
     ``grad_mean = mean(dL/dw)`` of the gradient accumulated in the recorded step.
 
 Block
@@ -44,22 +58,35 @@ Block
 from __future__ import annotations
 
 import functools
+import math
 
 import numpy as np
 import torch
 
-from actlab.probe.merge import Stat, Stats, comoments_rows, moments_rows
+from actlab.probe.merge import (
+    Stat,
+    Stats,
+    argmax_rows,
+    comoments_rows,
+    moments4_rows,
+    moments_rows,
+)
 
 ACT_FORWARD = (
     "preact_neg_frac", "preact_mean", "preact_std", "act_mean", "act_std", "sparsity",
-    "act_max", "act_min", "act_range", "saturation_frac",
+    "act_max", "act_min", "act_range", "saturation_frac", "act_rms", "preact_rms",
+    "act_nonfinite", "preact_nonfinite", "act_absmax", "act_absmax_token",
+    "act_absmax_channel",
 )
 ACT_BACKWARD = ("preact_grad_mean", "preact_grad_cov")
 WEIGHT_STATE = ("weight_mean", "weight_std", "weight_neg_frac", "drift_z", "dist_from_init",
-                "update_norm")
+                "update_norm", "update_ratio")
 WEIGHT_GRAD = ("grad_norm", "grad_mean")
 BLOCK = ("hidden_mean",)
 ALL_METRICS = ACT_FORWARD + ACT_BACKWARD + WEIGHT_STATE + WEIGHT_GRAD + BLOCK
+#: opt-in families (not in the default set): fourth moments, and the gradient at the output
+ACT_KURTOSIS = ("act_kurtosis", "preact_kurtosis")
+ACT_OUTPUT_GRAD = ("act_grad_rms", "act_grad_absmax", "act_grad_nonfinite")
 
 _LOW_PRECISION = (torch.float16, torch.bfloat16)
 
@@ -92,6 +119,28 @@ def _count_above(t: torch.Tensor, threshold: float, scratch: torch.Tensor) -> to
     return torch.sub(t, threshold, out=scratch).relu_().sign_().sum()
 
 
+def _count_nonfinite(t: torch.Tensor, scratch: torch.Tensor,
+                     mean: torch.Tensor | None = None) -> torch.Tensor:
+    """Number of NaN or infinite elements (float ops: ``t * 0`` is NaN exactly there);
+    overwrites ``scratch``. On the CPU a finite ``mean`` of ``t`` proves there are none (a
+    NaN or an infinity makes the sum non-finite) and is read for free (no device to wait
+    for), which skips the count in the common case."""
+    if mean is not None and t.device.type == "cpu" and not torch.compiler.is_compiling() \
+            and math.isfinite(float(mean)):
+        return torch.zeros((), dtype=t.dtype)
+    return torch.mul(t, 0, out=scratch).nan_to_num_(nan=1.0).sum()
+
+
+#: locations travel in the statistics dtype: a token index is split at 2^24 (exact in float32)
+_SPLIT = 1 << 24
+
+
+def _location(idx: torch.Tensor, channels: int, dtype: torch.dtype) -> list[torch.Tensor]:
+    """``[token // 2^24, token % 2^24, channel]`` of a flat index (``channels`` = last dim)."""
+    token = idx // channels
+    return [(token // _SPLIT).to(dtype), (token % _SPLIT).to(dtype), (idx % channels).to(dtype)]
+
+
 def _centred(t: torch.Tensor, scratch: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """``(mean, sum (t - mean)^2)`` of a flat tensor; overwrites ``scratch``."""
     mean = t.sum() / max(t.numel(), 1)
@@ -117,25 +166,32 @@ def forward_raw(p: torch.Tensor, a: torch.Tensor, eps: float,
     """Device-side statistics of one forward pass through a site.
 
     Returns ``[mean p, m2 p, #(p < 0), mean a, m2 a, #(|a| >= eps), max a, min a,
-    #saturated]`` with ``m2 = sum (x - mean)^2`` (``#saturated`` is 0 for unbounded sites).
+    #saturated, #nonfinite p, #nonfinite a, max |a|, token_hi, token_lo, channel]`` with
+    ``m2 = sum (x - mean)^2`` (``#saturated`` is 0 for unbounded sites) and the location of
+    ``max |a|``: its channel (index in the last dimension) and its token (index over the
+    flattened leading dimensions) ``= token_hi * 2^24 + token_lo``.
     ``scratch``: a reusable flat buffer of at least ``max(p.numel(), a.numel())`` elements in
     the statistics dtype (allocating an activation-sized buffer on every pass costs page
     faults on CPU).
     """
+    channels = a.shape[-1] if a.dim() else 1
     p = _stat_dtype(p.detach()).reshape(-1)
     a = _stat_dtype(a.detach()).to(p.dtype).reshape(-1)
     if torch.compiler.is_compiling() and p.numel() and a.numel():
-        return _forward_raw_fused(p, a, eps, bounds, tol)
+        return _forward_raw_fused(p, a, eps, bounds, tol, channels)
     size = max(p.numel(), a.numel())
     if scratch is None or scratch.numel() < size or scratch.dtype != p.dtype:
         scratch = torch.empty(size, dtype=p.dtype, device=p.device)
     buf_p, buf_a = scratch[:p.numel()], scratch[:a.numel()]
     neg = _count_negative(p, buf_p)
     mean_p, m2_p = _centred(p, buf_p)
+    bad_p = _count_nonfinite(p, buf_p, mean_p)
     mean_a, m2_a = _centred(a, buf_a)
+    bad_a = _count_nonfinite(a, buf_a, mean_a)
     a_min, a_max = torch.aminmax(a)
-    # |a| < eps  <=>  not |a| > eps', with eps' the float just below eps
     torch.abs(a, out=buf_a)
+    absmax, where = buf_a.max(0)
+    # |a| < eps  <=>  not |a| > eps', with eps' the float just below eps
     dense = _count_above(buf_a, _float_below(eps, a.dtype), buf_a)
     if bounds is None:
         sat = torch.zeros((), dtype=a.dtype, device=a.device)
@@ -145,7 +201,8 @@ def forward_raw(p: torch.Tensor, a: torch.Tensor, eps: float,
         centre, half = (low + high) / 2, (high - low) / 2
         torch.sub(a, centre, out=buf_a).abs_()
         sat = _count_above(buf_a, half - tol, buf_a)
-    return torch.stack([mean_p, m2_p, neg, mean_a, m2_a, dense, a_max, a_min, sat])
+    return torch.stack([mean_p, m2_p, neg, mean_a, m2_a, dense, a_max, a_min, sat, bad_p, bad_a,
+                        absmax, *_location(where, channels, a.dtype)])
 
 
 # Samples in the shift of the one-pass moments: |mean - shift| ~ std / sqrt(samples).
@@ -169,7 +226,8 @@ def _shifted_moments(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def _forward_raw_fused(p: torch.Tensor, a: torch.Tensor, eps: float,
-                       bounds: tuple[float, float] | None, tol: float) -> torch.Tensor:
+                       bounds: tuple[float, float] | None, tol: float,
+                       channels: int) -> torch.Tensor:
     """:func:`forward_raw` under ``torch.compile``: the same vector from plain reductions
     over ``p`` and ``a`` (each read once); the eager path's in-place scratch arithmetic would
     make inductor materialise every intermediate."""
@@ -183,17 +241,26 @@ def _forward_raw_fused(p: torch.Tensor, a: torch.Tensor, eps: float,
         low, high = bounds
         centre, half = (low + high) / 2, (high - low) / 2
         sat = ((a - centre).abs() > half - tol).to(a.dtype).sum()
-    return torch.stack([mean_p, m2_p, neg, mean_a, m2_a, dense, a.amax(), a.amin(), sat])
+    bad_p = (~torch.isfinite(p)).to(p.dtype).sum()
+    bad_a = (~torch.isfinite(a)).to(a.dtype).sum()
+    absmax, where = a.abs().max(0)
+    return torch.stack([mean_p, m2_p, neg, mean_a, m2_a, dense, a.amax(), a.amin(), sat, bad_p,
+                        bad_a, absmax, *_location(where, channels, a.dtype)])
 
 
-def forward_stats(raw: np.ndarray, n_pre: np.ndarray, n_post: np.ndarray) -> Stats:
-    """Sufficient statistics of the ``forward_raw`` rows of several passes (passes x 9)."""
+def forward_stats(raw: np.ndarray, n_pre: np.ndarray, n_post: np.ndarray,
+                  channels: np.ndarray) -> Stats:
+    """Sufficient statistics of the ``forward_raw`` rows of several passes (passes x 15);
+    ``channels``: each pass's last dimension (its tokens are ``n_post / channels``)."""
+    tokens = n_post / channels
+    location = raw[:, 12] * _SPLIT + raw[:, 13]
     return {
         "pre": moments_rows(n_pre, raw[:, 0], raw[:, 1]),
         "post": moments_rows(n_post, raw[:, 3], raw[:, 4]),
-        "counts": Stat("sum", raw[:, [2, 5, 8]].sum(axis=0)),
+        "counts": Stat("sum", raw[:, [2, 5, 8, 9, 10]].sum(axis=0)),
         "max": Stat("max", raw[:, 6].max(keepdims=True)),
         "min": Stat("min", raw[:, 7].min(keepdims=True)),
+        "absmax": argmax_rows(np.stack([raw[:, 11], tokens, location, raw[:, 14]], axis=1)),
     }
 
 
@@ -201,8 +268,9 @@ def forward_metrics(stats: Stats, bounded: bool) -> dict[str, float]:
     """Forward metrics of a site from (merged) :func:`forward_stats`."""
     n_p, mean_p, m2_p = stats["pre"].value
     n_a, mean_a, m2_a = stats["post"].value
-    neg, dense, sat = stats["counts"].value
+    neg, dense, sat, bad_p, bad_a = stats["counts"].value
     a_max, a_min = float(stats["max"].value[0]), float(stats["min"].value[0])
+    absmax, _, token, channel = stats["absmax"].value
     out = {
         "preact_neg_frac": float(neg / n_p),
         "preact_mean": float(mean_p),
@@ -213,10 +281,83 @@ def forward_metrics(stats: Stats, bounded: bool) -> dict[str, float]:
         "act_max": a_max,
         "act_min": a_min,
         "act_range": a_max - a_min,
+        "act_rms": _rms(n_a, mean_a, m2_a),
+        "preact_rms": _rms(n_p, mean_p, m2_p),
+        "act_nonfinite": float(bad_a),
+        "preact_nonfinite": float(bad_p),
+        "act_absmax": float(absmax),
+        "act_absmax_token": float(token),
+        "act_absmax_channel": float(channel),
     }
     if bounded:
         out["saturation_frac"] = float(sat / n_a)
     return out
+
+
+def _rms(n: float, mean: float, m2: float) -> float:
+    """``sqrt(mean x^2)`` from ``[n, mean, m2]``: ``mean x^2 = m2 / n + mean^2``."""
+    return float(np.sqrt(max(m2 / n + mean * mean, 0.0))) if n else float("nan")
+
+
+# ----------------------------------------------------------------------------- kurtosis
+def _central4(t: torch.Tensor) -> list[torch.Tensor]:
+    """``[mean, m2, m3, m4]`` of a flat tensor, ``m_k = sum (t - mean)^k`` (two passes)."""
+    mean = t.sum() / max(t.numel(), 1)
+    d = t - mean
+    d2 = d * d
+    return [mean, d2.sum(), (d2 * d).sum(), (d2 * d2).sum()]
+
+
+def kurtosis_raw(p: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
+    """Device-side ``[mean, m2, m3, m4]`` of ``p`` then of ``a`` for one forward pass."""
+    p = _stat_dtype(p.detach()).reshape(-1)
+    a = _stat_dtype(a.detach()).to(p.dtype).reshape(-1)
+    return torch.stack([*_central4(p), *_central4(a)])
+
+
+def kurtosis_stats(raw: np.ndarray, n_pre: np.ndarray, n_post: np.ndarray) -> Stats:
+    """``moments4`` statistics of ``p`` and ``a`` from ``kurtosis_raw`` rows (passes x 8)."""
+    return {"pre": moments4_rows(n_pre, *raw[:, 0:4].T),
+            "post": moments4_rows(n_post, *raw[:, 4:8].T)}
+
+
+def _kurtosis(value: np.ndarray) -> float:
+    n, _, m2, _, m4 = value
+    return float(n * m4 / (m2 * m2)) if m2 > 0 else float("nan")
+
+
+def kurtosis_metrics(stats: Stats) -> dict[str, float]:
+    """``act_kurtosis`` and ``preact_kurtosis`` (non-excess) from merged statistics."""
+    return {"act_kurtosis": _kurtosis(stats["post"].value),
+            "preact_kurtosis": _kurtosis(stats["pre"].value)}
+
+
+# ----------------------------------------------------------------------------- output gradient
+def output_grad_raw(h: torch.Tensor) -> torch.Tensor:
+    """Device-side ``[sum h^2, max |h|, #nonfinite h]`` of ``h = dL/da`` for one backward."""
+    flat = _stat_dtype(h.detach()).reshape(-1)
+    sumsq = flat @ flat
+    if flat.device.type == "cpu" and math.isfinite(float(sumsq)):  # none (free on the CPU)
+        bad = torch.zeros((), dtype=flat.dtype)
+    else:
+        bad = (~torch.isfinite(flat)).to(flat.dtype).sum()
+    return torch.stack([sumsq, flat.abs().amax(), bad])
+
+
+def output_grad_stats(raw: np.ndarray, numel: np.ndarray, scale: float = 1.0) -> Stats:
+    """Sums and extremes of ``output_grad_raw`` rows; ``scale`` multiplies ``h`` (the probe's
+    ``1 / world size``, as for :func:`backward_stats`)."""
+    return {"sums": Stat("sum", [raw[:, 0].sum() * scale * scale, raw[:, 2].sum(),
+                                 float(np.sum(numel))]),
+            "absmax": Stat("max", raw[:, 1].max(keepdims=True) * scale)}
+
+
+def output_grad_metrics(stats: Stats) -> dict[str, float]:
+    """``act_grad_rms``, ``act_grad_absmax`` and ``act_grad_nonfinite``."""
+    sumsq, bad, n = stats["sums"].value
+    return {"act_grad_rms": float(np.sqrt(sumsq / n)) if n else float("nan"),
+            "act_grad_absmax": float(stats["absmax"].value[0]),
+            "act_grad_nonfinite": float(bad)}
 
 
 def histogram_raw(t: torch.Tensor, bins: int, low: float, high: float) -> torch.Tensor:
@@ -325,13 +466,16 @@ def weight_metrics(stats: Stats) -> dict[str, float]:
     _, _, m2_0 = stats["w0"].value
     neg, l1, dist_sq, update_sq = stats["sums"].value
     std0 = np.sqrt(max(m2_0 / n, 0.0))
+    norm = np.sqrt(max(m2 + n * mean * mean, 0.0))
+    update = np.sqrt(update_sq)
     return {
         "weight_mean": float(mean),
         "weight_std": float(np.sqrt(max(m2 / n, 0.0))),
         "weight_neg_frac": float(neg / n),
         "drift_z": float(l1 / n / std0) if std0 > 0 else float("nan"),
         "dist_from_init": float(np.sqrt(dist_sq)),
-        "update_norm": float(np.sqrt(update_sq)),
+        "update_norm": float(update),
+        "update_ratio": float(update / norm) if norm > 0 else float("nan"),
     }
 
 

@@ -141,7 +141,8 @@ class Probe:
             or ``False`` for none.
         blocks: residual blocks (modules or names) whose output the ``block`` metrics read
             (``hidden_mean``, ``massive_ratio``).
-        metrics: metric names (default: :data:`actlab.probe.metrics.ALL_METRICS`); any name
+        metrics: metric names (default: :data:`actlab.probe.metrics.ALL_METRICS`; the
+            opt-in ``ACT_KURTOSIS`` and ``ACT_OUTPUT_GRAD`` families are named here); any name
             of :func:`actlab.probe.collectors.available_metrics`, including metrics added with
             :func:`actlab.register_metric`.
         weights: Linear/conv layers whose ``.weight`` is tracked: ``None`` = all, names,
@@ -155,7 +156,8 @@ class Probe:
             down-projections for ``down_input_range``.
         writers: objects with ``write(df)`` (e.g.
             :class:`~actlab.probe.writers.TensorBoardWriter`) that receive each recorded
-            step's rows as soon as the step closes (on rank 0 only under a process group).
+            step's rows as soon as the step closes (on rank 0 only under a process group);
+            one that also has ``write_histograms(df)`` receives the histograms too.
         max_rows: keep at most this many rows (and histogram rows) in memory, the newest;
             ``None`` keeps all. With writers or ``max_rows`` rows are moved to the host when
             each recorded step closes, so memory and the cost of a record do not grow with
@@ -240,6 +242,7 @@ class Probe:
         self._grad_collectors = self._by_target.get("grad", [])
         self._want_fwd = bool(self._site_collectors)
         self._want_bwd = bool(self._grad_collectors)
+        self._outgrad_collectors = self._by_target.get("outgrad", [])
         self._want_cov = "preact_grad_cov" in self.metrics
         self._want_kind = any(c.needs_layer_kind for c in collectors)
         self._want_wstate = "weight" in self._by_target
@@ -360,7 +363,8 @@ class Probe:
     # ------------------------------------------------------------------ hooks
     def _attach(self) -> None:
         add = self._handles.append
-        if self._want_fwd or self._want_bwd or self.hist_bins is not None:
+        if self._want_fwd or self._want_bwd or self._outgrad_collectors or \
+                self.hist_bins is not None:
             for site in self.sites:
                 if getattr(site.module, "inplace", False):
                     # an in-place activation overwrites its input: read it before the call
@@ -453,8 +457,16 @@ class Probe:
                     where.passes.setdefault(collector, []).append((raw, meta))
 
     def _drop_compiled_unsupported(self) -> None:
-        """Leave out registered site-gradient collectors on a compiled model, with a warning:
-        only the built-in backward statistics run inside the compiled backward (GradTap)."""
+        """Leave out registered site-gradient collectors and the output-gradient ones on a
+        compiled model, with a warning: only the built-in backward statistics of the site's
+        input run inside the compiled backward (GradTap)."""
+        if self._outgrad_collectors:
+            dropped = [m for c in self._outgrad_collectors for m in c.metrics]
+            warnings.warn(f"Probe on a torch.compile model: {dropped} read dL/da through a "
+                          f"hook on the activation's output, which would split the compiled "
+                          f"graph; they are not recorded (probe the eager model for them)",
+                          stacklevel=3)
+            self._outgrad_collectors = []
         foreign = [c for c in self._grad_collectors if not isinstance(c, ActivationBackward)]
         if foreign:
             dropped = [m for c in foreign for m in c.metrics]
@@ -493,6 +505,14 @@ class Probe:
             return
         site.after_conv = self._last_conv
         self._observe_into(site, self._site_collectors, p, a)
+        if self._outgrad_collectors and a.requires_grad and torch.is_grad_enabled():
+            collectors = self._outgrad_collectors
+
+            def on_out_grad(h: torch.Tensor) -> None:
+                if not self._closed:
+                    self._observe_into(site, collectors, h)
+
+            a.register_hook(on_out_grad)
         if self.hist_bins is not None:
             low, high = self.hist_range
             counts = torch.stack([M.histogram_raw(p, self.hist_bins, low, high),
@@ -766,6 +786,11 @@ class Probe:
             frame = _frame(rows)
             for writer in self.writers:
                 writer.write(frame)
+        hist_writers = [w for w in self.writers if callable(getattr(w, "write_histograms", None))]
+        if hist and hist_writers and self._writes:
+            frame = self._hist_frame(hist)
+            for writer in hist_writers:
+                writer.write_histograms(frame)
         self._rows.extend(rows)
         self._hist_rows.extend(hist)
         if self.max_rows is not None:
@@ -788,10 +813,14 @@ class Probe:
         self.flush()
         if self.hist_bins is None:
             raise ValueError("no histograms: create the Probe with histograms=<bins>")
+        return self._hist_frame(self._hist_rows)
+
+    def _hist_frame(self, hist: list[tuple[int, str, str, np.ndarray]]) -> pd.DataFrame:
+        """Histogram rows as the frame :meth:`histograms` returns."""
         edges = np.linspace(*self.hist_range, self.hist_bins + 1)
         frames = [pd.DataFrame({"step": step, "layer": name, "kind": kind,
                                 "bin_left": edges[:-1], "bin_right": edges[1:], "count": counts})
-                  for step, name, kind, counts in self._hist_rows]
+                  for step, name, kind, counts in hist]
         if not frames:
             return pd.DataFrame(columns=["step", "layer", "kind", "bin_left", "bin_right", "count"])
         return pd.concat(frames, ignore_index=True)
@@ -958,7 +987,7 @@ class Probe:
 
 
 #: Collector targets that need a backward pass (``measure_once`` runs without gradients).
-_BACKWARD_TARGETS = ("grad", "wgrad")
+_BACKWARD_TARGETS = ("grad", "outgrad", "wgrad")
 
 
 def measure_once(model: nn.Module, inputs: Iterable[Any], *, metrics: Iterable[str],

@@ -12,15 +12,16 @@ collector owns only its arithmetic.
 Targets and the tensors ``observe`` receives after ``where`` (the site, block, module or
 weight being measured):
 
-========== ==========================================================================
-``site``   ``(p, a)``: input and output of an activation site (one forward pass)
-``grad``   ``(g, x_rows, fan)``: ``g = dL/dp`` at a site, row sums of the feeding Linear's
-           input (or ``None``) and ``d_out * d_in`` (0 without a feeding Linear)
-``block``  ``(h,)``: the output of a block (the residual stream after it)
-``input``  ``(x,)``: the input of a module (e.g. an MLP's down-projection)
-``weight`` ``(param, state)``: a weight and its snapshots, once per recorded step
-``wgrad``  ``(grad,)``: the gradient a weight accumulated in the recorded step
-========== ==========================================================================
+=========== ==========================================================================
+``site``    ``(p, a)``: input and output of an activation site (one forward pass)
+``grad``    ``(g, x_rows, fan)``: ``g = dL/dp`` at a site, row sums of the feeding Linear's
+            input (or ``None``) and ``d_out * d_in`` (0 without a feeding Linear)
+``outgrad`` ``(h,)``: ``h = dL/da`` at a site's output (eager models only)
+``block``   ``(h,)``: the output of a block (the residual stream after it)
+``input``   ``(x,)``: the input of a module (e.g. an MLP's down-projection)
+``weight``  ``(param, state)``: a weight and its snapshots, once per recorded step
+``wgrad``   ``(grad,)``: the gradient a weight accumulated in the recorded step
+=========== ==========================================================================
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ import torch
 
 from actlab.probe.merge import Stat, Stats
 
-TARGETS = ("site", "grad", "block", "input", "weight", "wgrad")
+TARGETS = ("site", "grad", "outgrad", "block", "input", "weight", "wgrad")
 
 
 class Collector:

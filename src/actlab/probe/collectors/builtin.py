@@ -29,7 +29,8 @@ def _tap_rows(where: Any, records: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 class ActivationForward(Collector):
-    """Moments, sparsity, extremes and saturation of an activation site's input and output."""
+    """Moments, sparsity, extremes (with the location of ``max |a|``), non-finite counts and
+    saturation of an activation site's input and output."""
 
     metrics = M.ACT_FORWARD
     target = "site"
@@ -38,16 +39,59 @@ class ActivationForward(Collector):
         """:func:`~actlab.probe.metrics.forward_raw` into the site's scratch buffer."""
         scratch = where.scratch(max(p.numel(), a.numel()), p)
         raw = M.forward_raw(p, a, where.eps, where.bounds, where.tol, scratch)
-        return raw, (p.numel(), a.numel())
+        return raw, (p.numel(), a.numel(), a.shape[-1] if a.dim() else 1)
 
     def stats(self, where: Any, raw: np.ndarray, meta: list[Any]) -> Stats:
         """:func:`~actlab.probe.metrics.forward_stats` over the passes."""
         counts = np.asarray(meta, dtype=np.float64)
-        return M.forward_stats(raw, counts[:, 0], counts[:, 1])
+        return M.forward_stats(raw, counts[:, 0], counts[:, 1], counts[:, 2])
 
     def finish(self, where: Any, stats: Stats) -> dict[str, float]:
         """:func:`~actlab.probe.metrics.forward_metrics`."""
         return M.forward_metrics(stats, where.bounds is not None)
+
+
+class ActivationKurtosis(Collector):
+    """Non-excess kurtosis ``n m4 / m2^2`` of a site's input and output (opt-in: several
+    more passes over each tensor); the fourth moments merge by Pébay's formulas."""
+
+    metrics = M.ACT_KURTOSIS
+    target = "site"
+
+    def observe(self, where: Any, p: torch.Tensor, a: torch.Tensor) -> tuple[torch.Tensor, Any]:
+        """:func:`~actlab.probe.metrics.kurtosis_raw`; element counts as metadata."""
+        return M.kurtosis_raw(p, a), (p.numel(), a.numel())
+
+    def stats(self, where: Any, raw: np.ndarray, meta: list[Any]) -> Stats:
+        """:func:`~actlab.probe.metrics.kurtosis_stats` over the passes."""
+        counts = np.asarray(meta, dtype=np.float64)
+        return M.kurtosis_stats(raw, counts[:, 0], counts[:, 1])
+
+    def finish(self, where: Any, stats: Stats) -> dict[str, float]:
+        """:func:`~actlab.probe.metrics.kurtosis_metrics`."""
+        return M.kurtosis_metrics(stats)
+
+
+class ActivationOutputGrad(Collector):
+    """RMS, largest magnitude and non-finite count of ``dL/da`` at a site's output (opt-in;
+    eager models only: under ``torch.compile`` it is left out with a warning)."""
+
+    metrics = M.ACT_OUTPUT_GRAD
+    target = "outgrad"
+
+    def observe(self, where: Any, h: torch.Tensor) -> tuple[torch.Tensor, Any]:
+        """:func:`~actlab.probe.metrics.output_grad_raw`; the element count as metadata."""
+        return M.output_grad_raw(h), h.numel()
+
+    def stats(self, where: Any, raw: np.ndarray, meta: list[Any]) -> Stats:
+        """:func:`~actlab.probe.metrics.output_grad_stats` (``h`` scaled by
+        ``where.grad_scale``)."""
+        return M.output_grad_stats(raw, np.asarray(meta, dtype=np.float64),
+                                   getattr(where, "grad_scale", 1.0))
+
+    def finish(self, where: Any, stats: Stats) -> dict[str, float]:
+        """:func:`~actlab.probe.metrics.output_grad_metrics`."""
+        return M.output_grad_metrics(stats)
 
 
 class DeadUnits(Collector):
@@ -247,4 +291,4 @@ class WeightGrad(Collector):
 
 BUILTIN: tuple[Collector, ...] = (ActivationForward(), ActivationBackward(), WeightState(),
                                   WeightGrad(), HiddenMean(), DeadUnits(), MassiveActivation(),
-                                  InputRange())
+                                  InputRange(), ActivationKurtosis(), ActivationOutputGrad())
