@@ -10,6 +10,7 @@ position instead (the last ``val_fraction`` of the bytes). Both splits are cache
 ``.npy`` files under the cache folder (``$ACTLAB_CACHE``, default ``~/.cache/actlab``), keyed
 by a hash of the file list, sizes and modification times; writes are atomic.
 
+``load_corpus("shards:DIR")`` reads uint16 token shards instead (:mod:`actlab.data.shards`).
 :func:`sample_batch` draws next-token training windows with a ``torch.Generator``;
 :func:`docstrings` gives a fixed, sorted set of module docstrings (a text set for probing
 pretrained models).
@@ -26,12 +27,14 @@ import zlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
 from torch import Tensor
 
 __all__ = [
+    "BYTE_VOCAB",
     "TextCorpus",
     "cache_dir",
     "docstrings",
@@ -44,18 +47,20 @@ __all__ = [
 
 _SKIP_DIRS = {"site-packages", "dist-packages", "__pycache__"}
 _SEPARATOR = b"\n\n"  # between files, so no window silently glues two files mid-line
+BYTE_VOCAB = 256
 
 
 @dataclass
 class TextCorpus:
-    """A byte corpus: ``train`` and ``val`` are 1-d uint8 arrays (possibly memory-mapped)."""
+    """A token corpus: ``train`` and ``val`` are 1-d arrays (possibly memory-mapped) of bytes
+    (uint8), or of shard token ids (uint16, a :class:`~actlab.data.shards.TokenStream`)."""
 
-    train: np.ndarray
-    val: np.ndarray
+    train: Any
+    val: Any
     name: str
     n_files: int
 
-    vocab_size: int = 256
+    vocab_size: int = BYTE_VOCAB
 
     def split(self, name: str) -> np.ndarray:
         """The ``"train"`` or ``"val"`` array."""
@@ -64,8 +69,10 @@ class TextCorpus:
         return self.train if name == "train" else self.val
 
     def __repr__(self) -> str:
-        return (f"TextCorpus({self.name!r}, files={self.n_files}, train={len(self.train):,} bytes, "
-                f"val={len(self.val):,} bytes)")
+        unit = "bytes" if self.vocab_size == BYTE_VOCAB and self.train.dtype == np.uint8 \
+            else "tokens"
+        return (f"TextCorpus({self.name!r}, files={self.n_files}, train={len(self.train):,} "
+                f"{unit}, val={len(self.val):,} {unit})")
 
 
 def cache_dir(path: str | os.PathLike | None = None) -> Path:
@@ -127,9 +134,25 @@ def text_corpus(path: str | os.PathLike, cache: str | os.PathLike | None = None,
     return _cached_corpus(f"dir-{path.name or 'root'}", path, files, val_fraction, cache)
 
 
+def is_shards(source: str) -> bool:
+    """Whether a corpus source names token shards (``"shards:DIR"``)."""
+    return source.startswith("shards:")
+
+
 def load_corpus(source: str, cache: str | os.PathLike | None = None,
-                val_fraction: float = 0.1) -> TextCorpus:
-    """``"stdlib"`` for the standard library, else a path to a text file or folder."""
+                val_fraction: float = 0.1, vocab_size: int | None = None) -> TextCorpus:
+    """``"stdlib"`` for the standard library, ``"shards:DIR"`` for token shards (their own
+    train/val split; ids checked below ``vocab_size``), else a path to a text file or folder
+    (bytes: ``vocab_size``, when given, must be at least 256)."""
+    if is_shards(source):
+        from actlab.data.shards import shard_splits
+
+        folder = source[len("shards:"):]
+        train, val, n_files = shard_splits(folder, vocab_size)
+        return TextCorpus(train, val, f"shards-{Path(folder).name}", n_files,
+                          vocab_size or 1 << 16)
+    if vocab_size is not None and vocab_size < BYTE_VOCAB:
+        raise ValueError(f"byte-level text needs a vocabulary of >= {BYTE_VOCAB}, got {vocab_size}")
     if source == "stdlib":
         return stdlib_corpus(cache, val_fraction)
     return text_corpus(source, cache, val_fraction)

@@ -1,8 +1,8 @@
 """A small GPT (decoder-only transformer) in one readable module, after nanoGPT's ``model.py``.
 
 Pre-norm blocks ``x = x + attn(norm1(x)); x = x + mlp(norm2(x))``, learned position
-embeddings, a final norm and a language-model head tied to the token embedding. What the
-experiments vary is explicit in :class:`GPTConfig`:
+embeddings (or rotary ones, ``positions="rotary"``), a final norm and a language-model head
+tied to the token embedding. What the experiments vary is explicit in :class:`GPTConfig`:
 
 * ``activation``: any actlab spec string for the MLP of a plain FFN (``"gelu"``,
   ``"gelu:adaptive"``, ``"relu2:clip=50"`` ...);
@@ -11,7 +11,11 @@ experiments vary is explicit in :class:`GPTConfig`:
   width comes from :func:`~actlab.nn.ffn.matched_width`, so plain and gated models have the
   same parameter count; the gated kind fixes the gate activation and ``activation`` is unused;
 * ``norm``: ``"layernorm" | "rmsnorm" | "percentile" | "none"`` (any name
-  :func:`~actlab.nn.norms.make_norm` accepts, options included: ``"percentile:q=0.7"``).
+  :func:`~actlab.nn.norms.make_norm` accepts, options included: ``"percentile:q=0.7"``);
+* ``positions``: ``"learned"`` (a ``block_size x n_embd`` embedding added to the tokens, as in
+  nanoGPT) or ``"rotary"`` (no position parameters: queries and keys of every head rotated by
+  position, the first half of each head's channels paired with the second, base 10,000, as
+  in the released code of "Bug or Feature²").
 
 The blocks are ``model.blocks`` (an ``nn.ModuleList``), each returning the residual stream,
 so ``actlab.Probe(model, blocks=model.blocks)`` records hidden-state means per block, and
@@ -41,7 +45,10 @@ from actlab.nn.ffn import (
 )
 from actlab.nn.norms import make_norm
 
-__all__ = ["FFN_KINDS", "GPT", "GPTConfig"]
+__all__ = ["FFN_KINDS", "GPT", "GPTConfig", "POSITIONS"]
+
+POSITIONS = ("learned", "rotary")
+ROTARY_BASE = 10_000.0
 
 @dataclass
 class GPTConfig:
@@ -64,6 +71,7 @@ class GPTConfig:
     bias: bool = True
     multiple_of: int = 1
     init_std: float = 0.02
+    positions: str = "learned"
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "block_size", "n_layer", "n_head", "n_embd", "multiple_of"):
@@ -78,6 +86,12 @@ class GPTConfig:
             raise ConfigError("dropout", f"must be in [0, 1), got {self.dropout}")
         if not self.init_std > 0:
             raise ConfigError("init_std", f"must be > 0, got {self.init_std}")
+        if self.positions not in POSITIONS:
+            raise ConfigError("positions", f"must be one of {', '.join(POSITIONS)}, got "
+                                           f"{self.positions!r}")
+        if self.positions == "rotary" and (self.n_embd // self.n_head) % 2:
+            raise ConfigError("n_head", f"rotary positions need an even head width, got "
+                                        f"{self.n_embd} / {self.n_head}")
         self.ffn = checked_block_parts(self.ffn, self.norm)
 
     @property
@@ -108,6 +122,11 @@ class CausalSelfAttention(nn.Module):
         self.proj = nn.Linear(config.n_embd, config.n_embd, bias=config.bias)
         self.dropout = config.dropout
         self.resid_dropout = nn.Dropout(config.dropout)
+        self.rotary = config.positions == "rotary"
+        if self.rotary:
+            half = config.n_embd // config.n_head // 2
+            inv_freq = ROTARY_BASE ** (-torch.arange(half, dtype=torch.float32) / half)
+            self.register_buffer("inv_freq", inv_freq, persistent=False)
 
     def forward(self, x: Tensor) -> Tensor:
         """Attend over the sequence of ``x`` (B, T, C), each position to itself and earlier ones."""
@@ -115,10 +134,24 @@ class CausalSelfAttention(nn.Module):
         q, k, v = self.qkv(x).split(channels, dim=2)
         shape = (batch, length, self.n_head, channels // self.n_head)
         q, k, v = (t.view(shape).transpose(1, 2) for t in (q, k, v))
+        if self.rotary:
+            angles = torch.outer(torch.arange(length, device=x.device, dtype=torch.float32),
+                                 self.inv_freq)
+            q, k = rotate(q, angles), rotate(k, angles)
         y = F.scaled_dot_product_attention(q, k, v, is_causal=True,
                                            dropout_p=self.dropout if self.training else 0.0)
         y = y.transpose(1, 2).reshape(batch, length, channels)
         return self.resid_dropout(self.proj(y))
+
+
+def rotate(x: Tensor, angles: Tensor) -> Tensor:
+    """Rotary position embedding of ``x`` (B, H, T, D): channel ``i`` and ``i + D/2`` of
+    position ``t`` rotated by ``angles[t, i]`` (T, D/2), so that a query-key product depends on
+    the positions through their difference only."""
+    half = x.shape[-1] // 2
+    cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
+    first, second = x[..., :half], x[..., half:]
+    return torch.cat((first * cos - second * sin, first * sin + second * cos), dim=-1)
 
 
 class Block(nn.Module):
@@ -159,7 +192,8 @@ class GPT(nn.Module):
         super().__init__()
         self.config = config
         self.wte = nn.Embedding(config.vocab_size, config.n_embd)
-        self.wpe = nn.Embedding(config.block_size, config.n_embd)
+        self.wpe = (nn.Embedding(config.block_size, config.n_embd)
+                    if config.positions == "learned" else None)
         self.drop = nn.Dropout(config.dropout)
         self.blocks = nn.ModuleList(Block(config) for _ in range(config.n_layer))
         self.norm_f = make_norm(config.norm, config.n_embd)
@@ -192,8 +226,10 @@ class GPT(nn.Module):
         length = idx.shape[1]
         if length > self.config.block_size:
             raise ValueError(f"sequence length {length} exceeds block_size {self.config.block_size}")
-        positions = torch.arange(length, device=idx.device)
-        x = self.drop(self.wte(idx) + self.wpe(positions))
+        x = self.wte(idx)
+        if self.wpe is not None:
+            x = x + self.wpe(torch.arange(length, device=idx.device))
+        x = self.drop(x)
         for block in self.blocks:
             x = block(x)
         logits = self.lm_head(self.norm_f(x))
@@ -210,7 +246,8 @@ class GPT(nn.Module):
         leaves out the token and position embeddings."""
         total = sum(p.numel() for p in self.parameters())
         if not embeddings:
-            total -= self.wte.weight.numel() + self.wpe.weight.numel()
+            total -= self.wte.weight.numel()
+            total -= self.wpe.weight.numel() if self.wpe is not None else 0
         return total
 
     def ffn_params(self) -> int:
@@ -241,6 +278,9 @@ class GPT(nn.Module):
 
 
 def _normal_(weight: Tensor, std: float, generator: torch.Generator | None) -> None:
-    # Draw on the CPU with the private generator, then copy to the weight's device/dtype.
+    # Draw on the CPU with the private generator, then copy to the weight's device/dtype
+    # (a weight on the meta device holds no values: nothing to draw).
+    if weight.is_meta:
+        return
     values = torch.randn(weight.shape, generator=generator, dtype=torch.float32) * std
     weight.copy_(values.to(device=weight.device, dtype=weight.dtype))

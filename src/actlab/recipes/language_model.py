@@ -1,4 +1,5 @@
-"""Train a byte-level GPT on a text corpus, in one process or data-parallel under torchrun.
+"""Train a GPT on a byte-level text corpus (or token shards), in one process or data-parallel
+under torchrun.
 
 The recipe of the language-model experiments (``lm-shift``, ``spikes``, ``gated-ffn``)::
 
@@ -13,6 +14,8 @@ The recipe of the language-model experiments (``lm-shift``, ``spikes``, ``gated-
 
 * :class:`LMScale`: the model, data and optimisation fields an experiment config inherits,
   turned into a :class:`~actlab.nn.gpt.GPTConfig` and a :class:`~actlab.train.loop.TrainConfig`;
+  by default the gpt-nano recipe of "Bug or Feature²" App. D.6 (Muon + AdamW, trapezoidal
+  schedule, evaluation every 1/7 of training), ``--set model=gpt-nano`` the paper's model;
 * :func:`lm_batches`: training batches as a pure function of ``(seed, step)``, validation
   batches fixed for every seed;
 * :func:`train_gpt`: build (or take) a GPT and fit it with the shared ``Trainer``;
@@ -46,17 +49,47 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from actlab.data.text import TextCorpus, load_corpus, sample_batch
+from actlab.data.text import BYTE_VOCAB, TextCorpus, is_shards, load_corpus, sample_batch
+from actlab.errors import ConfigError
 from actlab.nn.gpt import GPT, GPTConfig
 from actlab.probe.forward import default_forward
 from actlab.runner.experiment import STATUS_DIVERGED, UnitContext, UnitResult
 from actlab.runner.fields import CheckedConfig, checked
 from actlab.train.distributed import DistInfo, cleanup, init_distributed, wrap_model
 from actlab.train.loop import STATUS_OK, Batch, TrainConfig, Trainer, TrainResult
+from actlab.train.muon import MUON
+from actlab.train.optim import TRAINER_OPTIMIZERS
 from actlab.train.placement import place, resolve_device, to_unit_device
 
 EVAL_SEED = 2024  # validation windows are the same for every run and seed
 COMPILE_CHOICES = ("auto", "on", "off")
+
+# "Bug or Feature²" App. D.6: 7,168 iterations, 2,000 of warm-up, 2,028 of warm-down, test
+# evaluation every 1,024. The gpt-nano recipe keeps these fractions of any ``steps``.
+PAPER_ITERATIONS = 7168
+PAPER_WARMUP = 2000
+PAPER_WARMDOWN = 2028
+PAPER_EVAL_EVERY = 1024
+# Not stated in the paper; from its released code (configs/config.yaml and the model's
+# optimizer set-up): AdamW at 0.005 on the embedding, head and non-matrix parameters (Muon's
+# 0.1 x that rate is ``muon_lr_ratio``'s default), and no gradient clipping.
+GPT_NANO_LR = 0.005
+GPT_NANO_GRAD_CLIP = 0.0
+GPT_NANO_WEIGHT_DECAY = 0.0  # the paper's "zero weight decay"
+# The paper's model (App. D.6: 12 layers, 12 heads, width 768, vocabulary 50,257) at its
+# sequence length 2,048; ``model="custom"`` keeps the shape fields as they are set.
+MODELS: dict[str, dict[str, int]] = {
+    "custom": {},
+    "gpt-nano": {"n_layer": 12, "n_head": 12, "n_embd": 768, "vocab_size": 50_257,
+                 "block_size": 2048},
+}
+_TRAIN_DEFAULTS = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
+
+
+def paper_fraction(steps: int, part: int) -> int:
+    """``steps * part / 7168`` rounded to the nearest integer (halves up), the share of a
+    run of ``steps`` that ``part`` of the paper's 7,168 iterations is."""
+    return (steps * part + PAPER_ITERATIONS // 2) // PAPER_ITERATIONS
 
 
 def lm_batches(corpus: TextCorpus, batch_size: int, block_size: int, seed: int,
@@ -118,25 +151,53 @@ class LMScale(CheckedConfig):
     """Model, data and optimisation fields shared by the language-model experiments.
 
     Experiment configs subclass it, so every field can be overridden from the command line
-    (``actlab run lm-shift --set n_layer=6``). ``data`` is ``"stdlib"`` or a text path.
-    The model and training fields are checked by the configs they build.
+    (``actlab run lm-shift --set n_layer=6``). ``data`` is ``"stdlib"``, a text path, or
+    ``"shards:DIR"`` (uint16 token shards, :mod:`actlab.data.shards`). ``model="gpt-nano"``
+    sets ``n_layer``, ``n_head``, ``n_embd``, ``vocab_size`` and ``block_size`` to the paper's
+    (:data:`MODELS`, over any other value of theirs). ``positions``, ``norm`` and ``bias``
+    choose the released code's architecture where it differs from nanoGPT's (``rotary``,
+    ``rmsnorm``, ``False``). The model and training fields are checked by the configs they
+    build.
+
+    The training fields left ``None`` take the recipe's value (:meth:`recipe`): with
+    ``optimizer="muon"`` (the default) the gpt-nano recipe of "Bug or Feature²" App. D.6 --
+    AdamW at ``GPT_NANO_LR`` and Muon at ``muon_lr_ratio`` of it, no weight decay, no clipping,
+    the trapezoidal schedule with the paper's warm-up and warm-down fractions
+    (2,000/7,168 and 2,028/7,168 of ``steps``) and evaluation every 1,024/7,168 of ``steps``;
+    with any other optimizer :class:`~actlab.train.loop.TrainConfig`'s values (AdamW 1e-3,
+    100 warm-up steps, cosine to 0.1, weight decay 0.1, clipping at 1, evaluation every 100
+    steps), the recipe of the references measured before gpt-nano. The warm-up and warm-down
+    follow the schedule: the paper's fractions under ``trapezoid``, else 100 and 0.
     """
 
     data: str = "stdlib"
+    model: str = checked("custom", choices=tuple(MODELS))
+    vocab_size: int = BYTE_VOCAB
     n_layer: int = 4
     n_head: int = 4
     n_embd: int = 128
     block_size: int = 128
     mlp_ratio: float = 4.0
     norm: str = "layernorm"
+    positions: str = "learned"
+    bias: bool = True
     batch_size: int = checked(32, ge=1)
     steps: int = 2000
-    lr: float = 1e-3
-    warmup: int = 100
-    schedule: str = "cosine"
-    weight_decay: float = 0.1
-    grad_clip: float = 1.0
-    eval_every: int = 100
+    optimizer: str = checked(MUON, choices=TRAINER_OPTIMIZERS)
+    lr: float | None = None
+    beta1: float = 0.9
+    beta2: float = 0.95
+    muon_lr_ratio: float = 0.1
+    muon_momentum: float = 0.95
+    muon_ns_steps: int = 5
+    muon_weight_decay: float | None = None
+    muon_ns_dtype: str = "auto"
+    warmup: int | None = None
+    warmdown: int | None = None
+    schedule: str | None = None
+    weight_decay: float | None = None
+    grad_clip: float | None = None
+    eval_every: int | None = None
     eval_batches: int = checked(8, ge=1)
     log_every: int = 10
     dtype: str = "float32"
@@ -145,8 +206,16 @@ class LMScale(CheckedConfig):
     # pays off over thousands of GPU steps, not on the CPU); "on" / "off" force it.
     compile_model: str = checked("auto", choices=COMPILE_CHOICES)
 
+    def __post_init__(self) -> None:
+        for name, value in MODELS.get(self.model, {}).items():
+            setattr(self, name, value)  # the preset's shape (an unknown name fails the check)
+        super().__post_init__()
+
     def check(self) -> None:
         """The model and training configs build (their ``ConfigError`` names the bad field)."""
+        if not is_shards(self.data) and self.vocab_size < BYTE_VOCAB:
+            raise ConfigError("vocab_size", f"byte-level text needs >= {BYTE_VOCAB}, got "
+                                            f"{self.vocab_size}")
         self.model_config()
         self.train_config()
 
@@ -154,10 +223,30 @@ class LMScale(CheckedConfig):
         """The :class:`GPTConfig` of these fields, with ``overrides`` (e.g. ``activation``)."""
         return config_from(GPTConfig, self, overrides)
 
+    def recipe(self) -> dict[str, Any]:
+        """The training values of the fields left ``None`` and of those set (class docstring)."""
+        gpt_nano = self.optimizer == MUON
+        schedule = self.schedule or ("trapezoid" if gpt_nano else _TRAIN_DEFAULTS["schedule"])
+        trapezoid = schedule == "trapezoid"
+        chosen = {
+            "schedule": schedule,
+            "lr": GPT_NANO_LR if gpt_nano else _TRAIN_DEFAULTS["lr"],
+            "weight_decay": GPT_NANO_WEIGHT_DECAY if gpt_nano else _TRAIN_DEFAULTS["weight_decay"],
+            "grad_clip": GPT_NANO_GRAD_CLIP if gpt_nano else _TRAIN_DEFAULTS["grad_clip"],
+            "warmup": (paper_fraction(self.steps, PAPER_WARMUP) if trapezoid
+                       else _TRAIN_DEFAULTS["warmup"]),
+            "warmdown": paper_fraction(self.steps, PAPER_WARMDOWN) if trapezoid else 0,
+            "eval_every": (max(1, paper_fraction(self.steps, PAPER_EVAL_EVERY)) if gpt_nano
+                           else _TRAIN_DEFAULTS["eval_every"]),
+        }
+        return {name: chosen[name] if getattr(self, name) is None else getattr(self, name)
+                for name in chosen}
+
     def train_config(self, **overrides: Any) -> TrainConfig:
-        """The :class:`TrainConfig` of these fields, with ``overrides``; ``compile`` follows
-        ``compile_model`` on the unit's device."""
-        return config_from(TrainConfig, self, {"compile": self.compiles(), **(overrides or {})})
+        """The :class:`TrainConfig` of these fields and :meth:`recipe`, with ``overrides``;
+        ``compile`` follows ``compile_model`` on the unit's device."""
+        return config_from(TrainConfig, self, {**self.recipe(), "compile": self.compiles(),
+                                               **(overrides or {})})
 
     def compiles(self, device: str | torch.device | None = None) -> bool:
         """Whether training compiles the model on ``device`` (default: the unit's)."""
@@ -166,8 +255,8 @@ class LMScale(CheckedConfig):
         return self.compile_model == "on"
 
     def corpus(self) -> TextCorpus:
-        """The text corpus named by ``data``."""
-        return load_corpus(self.data)
+        """The corpus named by ``data`` (shards: every token id checked below ``vocab_size``)."""
+        return load_corpus(self.data, vocab_size=self.vocab_size)
 
 
 def config_from(kind: type, source: Any, overrides: dict[str, Any] | None = None) -> Any:
@@ -238,7 +327,8 @@ def train_and_record(config: LMScale, model: GPT, corpus: TextCorpus, seed: int,
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m actlab.recipes.language_model",
                                      description=__doc__.split("\n")[0])
-    parser.add_argument("--data", default="stdlib", help="'stdlib' or a text file / folder")
+    parser.add_argument("--data", default="stdlib",
+                        help="'stdlib', a text file / folder, or 'shards:DIR'")
     parser.add_argument("--out", default=None, help="folder for history.json and the checkpoint")
     parser.add_argument("--resume", action="store_true", help="continue from --out/last.safetensors")
     parser.add_argument("--seed", type=int, default=0)
@@ -248,9 +338,11 @@ def _parser() -> argparse.ArgumentParser:
     for name, kind, default in (("block-size", int, 128), ("n-layer", int, 4), ("n-head", int, 4),
                                 ("n-embd", int, 128), ("mlp-ratio", float, 4.0),
                                 ("activation", str, "gelu"), ("ffn", str, "plain"),
-                                ("norm", str, "layernorm"), ("dropout", float, 0.0)):
+                                ("norm", str, "layernorm"), ("dropout", float, 0.0),
+                                ("positions", str, "learned"), ("vocab-size", int, 256)):
         parser.add_argument(f"--{name}", type=kind, default=default)
-    for name, kind, default in (("steps", int, 1000), ("lr", float, 1e-3), ("warmup", int, 100),
+    for name, kind, default in (("steps", int, 1000), ("optimizer", str, "adamw"),
+                                ("lr", float, 1e-3), ("warmup", int, 100), ("warmdown", int, 0),
                                 ("schedule", str, "cosine"), ("min-lr-ratio", float, 0.1),
                                 ("weight-decay", float, 0.1), ("grad-clip", float, 1.0),
                                 ("eval-every", int, 100), ("log-every", int, 10),
@@ -268,7 +360,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     train_config = config_from(TrainConfig, args)
     dist = init_distributed(args.device)
     try:
-        corpus = load_corpus(args.data)
+        corpus = load_corpus(args.data, vocab_size=args.vocab_size)
         if dist.is_main:
             print(f"{corpus}; world size {dist.world_size} on {dist.device}", flush=True)
 

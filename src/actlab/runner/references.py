@@ -12,7 +12,9 @@ An experiment's entry is ``{"status": ..., "scale": ..., "commit": ..., "wall_s"
 "spread": float|None, "measured": str}}}``. ``status`` is ``"reference"`` for a completed
 run, or ``"pending (...)"`` (e.g. ``"pending (needs GPU)"``) when no reference exists yet,
 with ``note`` saying why. An experiment whose ``--full`` run is kept too has it under
-``"full"`` (same fields: scale, seeds, commit, wall time, claims).
+``"full"`` (same fields: scale, seeds, commit, wall time, claims). ``"recipe"``, where present,
+says with which settings a reference measured before a change of the experiment's defaults
+runs again.
 """
 
 from __future__ import annotations

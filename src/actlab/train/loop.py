@@ -9,10 +9,13 @@ keeps its own slice (:func:`actlab.train.distributed.shard`): N processes then c
 same update as one.
 
 * learning rate: linear warmup over ``warmup`` steps to ``lr``, then ``cosine``/``linear``
-  decay to ``min_lr_ratio * lr`` at the last step (or ``constant``);
+  decay to ``min_lr_ratio * lr`` at the last step (or ``constant``), or ``trapezoid``:
+  constant, then linear down to 0 over the last ``warmdown`` steps; a param group with an
+  ``lr_scale`` (Muon's) runs at ``lr_scale`` times that rate;
 * the settings' optimizer from :mod:`actlab.train.optim` (``decay_vectors=False``: weight
-  decay on matrices and embeddings only, not on biases and norm gains), global
-  gradient-norm clipping when ``grad_clip > 0``;
+  decay on matrices and embeddings only, not on biases and norm gains; ``muon``: the split
+  of :func:`actlab.train.muon.muon_split`), global gradient-norm clipping when
+  ``grad_clip > 0``;
 * evaluation on ``eval_batches()`` at step 0, every ``eval_every`` steps and at the end, in
   eval mode (the model's previous mode is restored afterwards);
 * ``dtype="bfloat16"`` runs forward passes under ``torch.autocast`` (parameters stay in
@@ -45,6 +48,7 @@ from torch import Tensor, nn
 from actlab.errors import ConfigError
 from actlab.train.callbacks import Callback, DivergenceStop, EveryStep, fire
 from actlab.train.distributed import DistInfo, all_reduce_mean, shard, unwrap_model
+from actlab.train.muon import MUON, muon_split
 from actlab.train.optim import optimizer_for
 from actlab.train.placement import resolve_device
 from actlab.train.settings import DTYPES, SCHEDULES, TrainSettings, choose  # noqa: F401
@@ -81,10 +85,20 @@ class TrainConfig(TrainSettings):
 
 
 def lr_at(step: int, config: TrainSettings) -> float:
-    """Learning rate for the update that follows ``step`` completed steps."""
+    """Learning rate for the update that follows ``step`` completed steps.
+
+    ``trapezoid``: ``lr (step + 1) / warmup`` while ``step < warmup``, ``lr`` until the last
+    ``warmdown`` steps, then ``lr (steps - step) / warmdown`` (``lr / warmdown`` for the last
+    update; 0 would be the rate after it).
+    """
     if config.warmup and step < config.warmup:
         return config.lr * (step + 1) / config.warmup
     if config.schedule == "constant":
+        return config.lr
+    if config.schedule == "trapezoid":
+        left = config.steps - step
+        if config.warmdown and left <= config.warmdown:
+            return config.lr * max(0, left) / config.warmdown
         return config.lr
     span = max(1, config.steps - config.warmup)
     progress = min(1.0, (step - config.warmup) / span)
@@ -94,9 +108,18 @@ def lr_at(step: int, config: TrainSettings) -> float:
     return floor + 0.5 * (config.lr - floor) * (1.0 + math.cos(math.pi * progress))
 
 
-def make_engine_optimizer(model: nn.Module, config: TrainSettings) -> torch.optim.Optimizer:
+def make_engine_optimizer(model: nn.Module, config: TrainSettings) -> Any:
     """The settings' optimizer over ``model``'s trainable parameters; with
-    ``decay_vectors=False`` weight decay applies to parameters of 2 or more dims only."""
+    ``decay_vectors=False`` weight decay applies to parameters of 2 or more dims only (on the
+    AdamW side of ``muon``, whose hidden matrices go to Muon by :func:`muon_split`)."""
+    if config.optimizer == MUON:
+        hidden, rest = muon_split(model)
+        other = [p for _, p in rest]
+        groups: list[dict[str, Any]] = [{"params": other}]
+        if not config.decay_vectors:
+            groups = [{"params": [p for p in other if p.dim() >= 2]},
+                      {"params": [p for p in other if p.dim() < 2], "weight_decay": 0.0}]
+        return optimizer_for(config, [*groups, {"params": [p for _, p in hidden], "muon": True}])
     params: list[Any] = []
     seen: set[int] = set()
     for param in model.parameters():
@@ -263,7 +286,7 @@ class Trainer:
             step_start = time.perf_counter()
             lr = lr_at(step, config)
             for group in self.optimizer.param_groups:
-                group["lr"] = lr
+                group["lr"] = lr * group["lr_scale"] if "lr_scale" in group else lr
             batch = self._to_device(shard(self.train_batch(step), self.dist))
             with self._autocast():
                 loss = self.loss_fn(self._forward_model, batch)

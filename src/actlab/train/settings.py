@@ -22,9 +22,10 @@ import torch
 
 from actlab.errors import ConfigError, did_you_mean
 from actlab.train.losses import canonical_loss
-from actlab.train.optim import OPTIMIZERS
+from actlab.train.muon import MUON, NS_DTYPES, check_muon_available
+from actlab.train.optim import TRAINER_OPTIMIZERS
 
-SCHEDULES = ("cosine", "linear", "constant")
+SCHEDULES = ("cosine", "linear", "constant", "trapezoid")
 DTYPES = ("float32", "float64", "bfloat16")
 TORCH_DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16}
 
@@ -42,7 +43,14 @@ class TrainSettings:
     """How to train (see the module docstring). Defaults: Adam 1e-3, constant rate, no clipping.
 
     ``decay_vectors=False`` keeps weight decay off biases and norm gains (parameters of
-    fewer than 2 dims). ``device`` ``None`` is the unit's device
+    fewer than 2 dims). ``schedule="trapezoid"``: linear warm-up over ``warmup`` steps, constant,
+    linear warm-down to 0 over the last ``warmdown`` steps ("Bug or Feature²" App. D.6;
+    ``warmdown`` belongs to it alone). ``optimizer="muon"`` (single-model
+    :class:`~actlab.train.loop.Trainer` only): AdamW with ``lr``, ``beta1``, ``beta2``,
+    ``weight_decay`` on embeddings, head, norms and biases, Muon (a ``torch.optim.Muon``) on
+    the hidden matrices with the ``muon_*`` fields (:mod:`actlab.train.muon`; ``muon_weight_decay`` ``None``
+    is ``weight_decay``; ``muon_ns_dtype`` ``auto`` orthogonalises in bfloat16 on CUDA, float32
+    on the CPU). ``device`` ``None`` is the unit's device
     (:func:`~actlab.train.placement.unit_device`, the CPU outside a run). ``eval_every``, ``log_every``, ``checkpoint_every`` and ``compile``
     are read by the single-model :class:`~actlab.train.loop.Trainer`.
     """
@@ -55,9 +63,16 @@ class TrainSettings:
     beta2: float = 0.999
     schedule: str = "constant"
     warmup: int = 0
+    warmdown: int = 0
     min_lr_ratio: float = 0.1
     grad_clip: float = 0.0
     decay_vectors: bool = True
+    muon_lr_ratio: float = 0.1
+    muon_momentum: float = 0.95
+    muon_nesterov: bool = True
+    muon_ns_steps: int = 5
+    muon_weight_decay: float | None = None
+    muon_ns_dtype: str = "auto"
     steps: int = 500
     batch_size: int = 128
     loss: str = "cross_entropy"
@@ -70,13 +85,14 @@ class TrainSettings:
     compile: bool = False
 
     def __post_init__(self) -> None:
-        choose("optimizer", self.optimizer, OPTIMIZERS)
+        choose("optimizer", self.optimizer, TRAINER_OPTIMIZERS)
         choose("schedule", self.schedule, SCHEDULES)
         choose("dtype", self.dtype, DTYPES)
         canonical_loss(self.loss)
         if not self.lr > 0:
             raise ConfigError("lr", f"must be > 0, got {self.lr}")
-        for name in ("steps", "warmup", "eval_every", "log_every", "checkpoint_every"):
+        for name in ("steps", "warmup", "warmdown", "eval_every", "log_every",
+                     "checkpoint_every"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 0:
                 raise ConfigError(name, f"must be an integer >= 0, got {value!r}")
@@ -92,6 +108,30 @@ class TrainSettings:
         for name in ("momentum", "weight_decay", "grad_clip"):
             if getattr(self, name) < 0:
                 raise ConfigError(name, f"must be >= 0, got {getattr(self, name)}")
+        self._check_schedule()
+        self._check_muon()
+
+    def _check_schedule(self) -> None:
+        if self.warmdown and self.schedule != "trapezoid":
+            raise ConfigError("warmdown", f"only the trapezoid schedule has a warm-down (schedule "
+                                          f"is {self.schedule!r}), got {self.warmdown}")
+        if self.schedule == "trapezoid" and self.warmup + self.warmdown > self.steps:
+            raise ConfigError("warmdown", f"warmup + warmdown = {self.warmup + self.warmdown} "
+                                          f"exceeds steps = {self.steps}")
+
+    def _check_muon(self) -> None:
+        if self.optimizer == MUON:
+            check_muon_available()
+        if not self.muon_lr_ratio > 0:
+            raise ConfigError("muon_lr_ratio", f"must be > 0, got {self.muon_lr_ratio}")
+        if not 0.0 <= self.muon_momentum < 1.0:
+            raise ConfigError("muon_momentum", f"must be in [0, 1), got {self.muon_momentum}")
+        if not isinstance(self.muon_ns_steps, int) or not 1 <= self.muon_ns_steps < 100:
+            raise ConfigError("muon_ns_steps", f"must be an integer in [1, 99], got "
+                                               f"{self.muon_ns_steps!r}")
+        choose("muon_ns_dtype", self.muon_ns_dtype, NS_DTYPES)
+        if self.muon_weight_decay is not None and self.muon_weight_decay < 0:
+            raise ConfigError("muon_weight_decay", f"must be >= 0, got {self.muon_weight_decay}")
 
     @property
     def torch_dtype(self) -> torch.dtype:

@@ -4,8 +4,9 @@ controlled-selection protocol of the notes "Activations and Gated Feed-Forward N
 Protocol, fixed before any run (the config holds every choice and threshold):
 
 1. same data split (stdlib corpus), initialisation family (GPT-2 normal), optimizer
-   (AdamW, warmup + cosine), number of steps and stopping rule (fixed steps; a non-finite
-   loss stops the run and counts as a failed run);
+   (the language-model recipe's: by default Muon + AdamW with the trapezoidal schedule,
+   ``actlab.recipes.language_model.LMScale``), number of steps and stopping rule (fixed
+   steps; a non-finite loss stops the run and counts as a failed run);
 2. plain FFNs of width ``m = mlp_ratio * d``; gated FFNs of the parameter-matched width
    ``g = matched_width(d, m)`` (``2m/3`` without biases), so totals are equal;
 3. reported per variant: hidden width, total and FFN parameters, FLOPs per token (model
@@ -79,9 +80,11 @@ class GatedFFNExperiment(Experiment):
                    "widths, params, FLOPs/token, peak memory, tokens/s, val loss (the notes "
                    "\"Activations and Gated Feed-Forward Networks\").")
     Config = GatedFFNConfig
+    # The gpt-nano recipe scales warm-up, warm-down and evaluation with ``steps``; the quick
+    # runs before it: --set optimizer=adamw --set lr=0.003 --set warmup=25 --set eval_every=50
     quick = {"compile_model": "off",
              "n_layer": 2, "n_embd": 64, "block_size": 64, "batch_size": 16, "steps": 250,
-             "lr": 3e-3, "warmup": 25, "eval_every": 50, "eval_batches": 4, "timing_repeats": 3}
+             "eval_batches": 4, "timing_repeats": 3}
     default_seeds = 3
     seeds_per_unit = 1
 
