@@ -182,6 +182,103 @@ def test_noisy_relu_noise_only_on_negative_inputs_in_train_mode() -> None:
     assert torch.equal(module(x), torch.relu(x))
 
 
+def _noisy_reference(x: torch.Tensor, p: float, c: float, alpha: float, seed: int
+                     ) -> tuple[torch.Tensor, torch.Tensor]:
+    """"Bug or Feature²" App. D.7 written out by hand: the output and the noise term, with
+    the noise drawn after ``torch.manual_seed(seed)`` as the module draws it."""
+    torch.manual_seed(seed)
+    eps = torch.randn_like(x).abs()
+    delta = torch.where(x < 0, -x, torch.zeros_like(x))
+    sigma = c * (torch.sigmoid(p * delta) - 0.5) ** 2
+    noise = torch.where(x < 0, sigma * eps, torch.zeros_like(x))
+    return alpha * torch.relu(x) + (1 - alpha) * x + noise, noise
+
+
+@pytest.mark.parametrize("spec", ["noisy_relu", "noisy_relu:p=0.5:c=2:alpha=0.3"])
+def test_noisy_relu_has_only_p_as_parameter(spec: str) -> None:
+    module = actlab.activation(spec)
+    assert [name for name, _ in module.named_parameters()] == ["core.p"]
+    assert "core.c" not in module.state_dict() and "core.alpha" not in module.state_dict()
+    # an optimizer step moves p only; c and alpha stay the spec's constants
+    c, alpha = module.core.c, module.core.alpha
+    optimizer = torch.optim.Adam(module.parameters(), lr=0.1)
+    torch.manual_seed(0)
+    module.train()
+    module(torch.randn(64, 16)).sum().backward()
+    optimizer.step()
+    assert (module.core.c, module.core.alpha) == (c, alpha)
+
+
+def test_noisy_relu_alpha_one_is_relu_plus_noise_exactly() -> None:
+    module = actlab.activation("noisy_relu:p=1.5").double().train()
+    x = torch.randn(32, 50, dtype=torch.float64, generator=torch.Generator().manual_seed(3))
+    torch.manual_seed(11)
+    y = module(x)
+    expected, noise = _noisy_reference(x, 1.5, 1.0, 1.0, seed=11)
+    assert torch.equal(y, torch.relu(x) + noise)
+    assert torch.equal(y, expected)
+    assert float(noise.abs().max()) > 0  # noise was really added
+
+
+def test_noisy_relu_alpha_half_carries_the_identity_branch() -> None:
+    module = actlab.activation("noisy_relu:p=1.5:c=2:alpha=0.5").double().train()
+    x = torch.randn(32, 50, dtype=torch.float64, generator=torch.Generator().manual_seed(4))
+    torch.manual_seed(12)
+    with torch.no_grad():
+        y = module(x)
+    expected, noise = _noisy_reference(x, 1.5, 2.0, 0.5, seed=12)
+    assert torch.allclose(y, expected, rtol=0, atol=1e-15)
+    negative = x < 0
+    # below zero: (1 - α) x plus the noise; above: α x + (1 - α) x = x
+    assert torch.allclose((y - noise)[negative], 0.5 * x[negative], rtol=0, atol=1e-15)
+    assert torch.allclose(y[~negative], x[~negative], rtol=0, atol=1e-15)
+    assert float((y - torch.relu(x) - noise)[negative].abs().min()) > 0  # not ReLU + noise
+
+
+def test_noisy_relu_gradient_of_p_formula_and_finite_differences() -> None:
+    p, c = 0.8, 1.5
+    module = actlab.activation(f"noisy_relu:p={p}:c={c}").double().train()
+    x = torch.randn(16, 40, dtype=torch.float64, generator=torch.Generator().manual_seed(5)) * 3
+    w = torch.randn(16, 40, dtype=torch.float64, generator=torch.Generator().manual_seed(6))
+
+    def objective() -> torch.Tensor:
+        torch.manual_seed(21)  # the same noise on every call
+        return (w * module(x)).sum()
+
+    p = float(module.core.p.detach())  # the float32 initial value, cast to float64
+    objective().backward()
+    autograd = float(module.core.p.grad)
+    # d/dp of c (σ(p δ) − ½)² |ε| = 2 c (σ − ½) σ (1 − σ) δ |ε|, only where x < 0
+    torch.manual_seed(21)
+    eps = torch.randn_like(x).abs()
+    delta = (-x).clamp_min(0)
+    s = torch.sigmoid(p * delta)
+    formula = float((w * 2 * c * (s - 0.5) * s * (1 - s) * delta * eps).sum())
+    assert abs(formula) > 1e-3
+    assert autograd == pytest.approx(formula, rel=1e-12)
+    h = 1e-6
+    with torch.no_grad():
+        module.core.p.fill_(p + h)
+        up = float(objective())
+        module.core.p.fill_(p - h)
+        down = float(objective())
+    assert (up - down) / (2 * h) == pytest.approx(formula, rel=1e-7)
+
+
+def test_noisy_relu_loads_old_state_dicts_with_c_and_alpha() -> None:
+    # as saved when c and alpha were parameters (and the core was listed twice)
+    tensors = {"p": torch.tensor([0.7]), "c": torch.tensor(1.0), "alpha": torch.tensor(1.0)}
+    old = {f"{where}.{k}": v for where in ("core", "_plain_fn") for k, v in tensors.items()}
+    module = actlab.activation("noisy_relu")
+    module.load_state_dict(old)  # the values agree with the spec: loads
+    assert float(module.core.p.detach()) == pytest.approx(0.7)
+    assert list(module.state_dict()) == ["core.p"]
+    moved = {**old, "core.alpha": torch.tensor(0.97)}
+    with pytest.raises(RuntimeError, match=r"alpha=0\.97.*'noisy_relu:alpha=0\.97"):
+        actlab.activation("noisy_relu").load_state_dict(moved)
+    actlab.activation("noisy_relu:alpha=0.97").load_state_dict(moved)
+
+
 # The handbook's worked example: values and slopes at z = -1.5, 0, 0.5 (4 decimals).
 WORKED = {
     "sigmoid": ([0.1824, 0.5000, 0.6225], [0.1491, 0.2500, 0.2350]),

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 
+from actlab.activations.spec import SpecActivation
 from actlab.nn.autoencoder import image_similarity
 from actlab.recipes.autoencoder import (
     PARTS,
@@ -152,6 +153,36 @@ def test_scale_aware_fit_tells_a_faint_copy_from_the_image():
                                                rel=1e-5)
     assert fit["bias_r2"] < 0.3 and fit["bias_energy"] == pytest.approx(0.01, rel=1e-4)
     assert not np.isnan(scale_aware_fit(torch.zeros_like(full), full, "x")["x_r2"])
+
+
+def test_measured_shifts_are_each_relus_mean_at_init_layer_by_layer():
+    x_train = _images(40)
+    run = train_autoencoder(x_train, _images(4, seed=1), activation="relu:shift=measured",
+                            settings=_settings(steps=1), seed=2, checkpoints=[0, 1],
+                            widths=WIDTHS, convs_per_stage=1, calibration_batches=3)
+    # the reference: the same initial weights walked layer by layer through the same three
+    # seeded training batches, each ReLU's mean taken and subtracted before the next layer
+    model = build_autoencoder(1, "relu", 2, widths=WIDTHS, convs_per_stage=1)
+    order = torch.randperm(len(x_train), generator=torch.Generator().manual_seed(2))
+    hs = list(x_train[order[: 3 * BATCH]].split(BATCH))
+    expected = {}
+    with torch.no_grad():
+        layers = [(f"{half}.{n}", m) for half in ("encoder", "decoder")
+                  for n, m in model.get_submodule(half).named_children()]
+        for name, layer in layers:
+            hs = [layer(h) for h in hs]
+            if isinstance(layer, SpecActivation):
+                mean = float(sum(h.double().sum() for h in hs)) / sum(h.numel() for h in hs)
+                hs = [h - mean for h in hs]
+                expected[name] = mean
+    assert list(run.shifts) == list(expected) and len(expected) == 4
+    assert list(run.shifts.values()) == pytest.approx(list(expected.values()), rel=1e-5)
+    assert all(0 < b < 0.4 for b in expected.values())  # ReLU means: positive, not 0.23 each
+    # shift=theory reports its Gaussian b = 0.23 in every layer, uncalibrated
+    plain = train_autoencoder(x_train, _images(4, seed=1), activation="relu:shift=theory",
+                              settings=_settings(steps=1), seed=2, checkpoints=[0],
+                              widths=WIDTHS, convs_per_stage=1)
+    assert list(plain.shifts.values()) == pytest.approx([0.2303] * 4, abs=1e-4)
 
 
 def test_grid_steps_are_log_spaced_trained_checkpoints():

@@ -18,6 +18,7 @@ _LAZY = {
     "register_activation": "actlab.activations.spec:register_activation",
     "available_activations": "actlab.activations.spec:available_activations",
     "parse_spec": "actlab.activations.spec:parse_spec",
+    "calibrate_shifts_": "actlab.activations.calibrate:calibrate_shifts_",
     "Probe": "actlab.probe.probe:Probe",
     "find_activations": "actlab.surgery:find_activations",
     "patch_": "actlab.surgery:patch_",

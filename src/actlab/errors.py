@@ -1,6 +1,7 @@
 """Exception types shared across actlab.
 
-Both derive from ``ValueError`` so callers can catch bad input generically.
+The input errors derive from ``ValueError`` so callers can catch bad input generically;
+:class:`ShiftNotCalibratedError` is a ``RuntimeError`` (a model used before a step it needs).
 :func:`did_you_mean` is the one "did you mean" hint for every name lookup;
 :func:`config_check` turns any checker's ``ValueError`` into a :class:`ConfigError`.
 """
@@ -16,6 +17,11 @@ T = TypeVar("T")
 
 class SpecError(ValueError):
     """An activation spec string that cannot be parsed or has an invalid option."""
+
+
+class ShiftNotCalibratedError(RuntimeError):
+    """A ``shift=measured`` activation used before
+    :func:`actlab.activations.calibrate.calibrate_shifts_` measured its shift."""
 
 
 class ConfigError(ValueError):

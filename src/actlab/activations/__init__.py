@@ -2,12 +2,14 @@
 
 Main entry points (in :mod:`actlab.activations.spec`): :func:`activation`,
 :func:`parse_spec`, :func:`register_activation`, :func:`available_activations`,
-:func:`resolve_elementwise`, :func:`is_bounded`.
+:func:`resolve_elementwise`, :func:`is_bounded`; :func:`calibrate_shifts_` (in
+:mod:`actlab.activations.calibrate`) measures ``shift=measured``.
 """
 
 from __future__ import annotations
 
 from actlab.activations.base import Activation
+from actlab.activations.calibrate import calibrate_shifts_
 from actlab.activations.spec import (
     ParsedSpec,
     SpecActivation,
@@ -26,6 +28,7 @@ __all__ = [
     "SpecActivation",
     "activation",
     "available_activations",
+    "calibrate_shifts_",
     "canonical_spec",
     "is_bounded",
     "parse_spec",

@@ -2,12 +2,14 @@
 
 Grammar: ``NAME`` followed by zero or more ``:OPTION``, where an option is ``key=value``
 or a bare flag, e.g. ``gelu``, ``gelu:tanh``, ``leaky_relu:slope=0.1``,
-``relu:shift=theory``, ``silu:beta=1.5:learnable``, ``gelu:adaptive:momentum=0.1``,
-``relu2:clip=50``, ``gelu:topk=0.1``.
+``relu:shift=theory``, ``relu:shift=measured``, ``silu:beta=1.5:learnable``,
+``gelu:adaptive:momentum=0.1``, ``relu2:clip=50``, ``gelu:topk=0.1``.
 
 Options valid on every name, applied in this order after the function:
-``clip=C`` (clamp at C from above), ``shift=B|theory`` (subtract a constant; ``theory``
-uses the Gaussian mean at pre-activation variance ``q``, default 1/3), ``adaptive``
+``clip=C`` (clamp at C from above), ``shift=B|theory|measured`` (subtract a constant;
+``theory`` uses the Gaussian mean at pre-activation variance ``q``, default 1/3;
+``measured`` the module's mean output on data, set by
+:func:`actlab.activations.calibrate.calibrate_shifts_`), ``adaptive``
 (subtract the per-example feature mean; ``momentum=``, ``freeze_after=``), ``topk=K``
 (keep the fraction K of largest outputs per example).
 """
@@ -19,7 +21,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any
+from typing import Any, NoReturn
 
 import torch
 import torch.nn.functional as F
@@ -37,7 +39,7 @@ from actlab.activations.special import (
     relu_output_writable,
     sugar,
 )
-from actlab.errors import SpecError, did_you_mean
+from actlab.errors import ShiftNotCalibratedError, SpecError, did_you_mean
 from actlab.theory.quadrature import expectation
 
 __all__ = [
@@ -65,6 +67,8 @@ DEFAULT_Q = 1.0 / 3.0
 # Options accepted on every name; value-less ones are flags.
 COMMON_OPTIONS = ("clip", "shift", "q", "adaptive", "momentum", "freeze_after", "topk")
 COMMON_FLAGS = ("adaptive",)
+# The shifts given by a word instead of a number.
+SHIFT_WORDS = ("theory", "measured")
 
 
 @dataclass(frozen=True)
@@ -212,7 +216,7 @@ def _builtins() -> None:
         check_text={"p": "a finite number", "c": "a finite number", "alpha": "a finite number"},
         builtin=True,
         description="ReLU plus half-normal noise on negative inputs in training mode "
-        "(learnable p, c, alpha); plain ReLU in eval mode"))
+        "(learnable p; constants c, alpha); plain ReLU in eval mode"))
     _add(ActivationDef(
         "sugar", _relu_ignoring_params, ew.sugar_surrogate, params={"alpha": 1.67},
         fast=_fast_sugar, inplace_ok=True, checks={"alpha": _finite},
@@ -229,6 +233,7 @@ class ParsedSpec:
     """A parsed, validated spec: canonical ``name``, ``options`` and ``flags``.
 
     ``options`` maps option names to values: floats, ``"theory"`` for ``shift=theory``,
+    ``"measured"`` for ``shift=measured``,
     an int for ``freeze_after``. ``flags`` holds the bare flags (``tanh``, ``learnable``,
     ``adaptive``). Options equal to their default are dropped, so equal specs compare equal.
     """
@@ -294,12 +299,16 @@ def _number(spec: str, key: str, text: str) -> float:
 
 def _common_value(spec: str, key: str, text: str) -> Any:
     if key == "shift":
-        if text == "theory":
-            return "theory"
-        value = _number(spec, key, text)
+        if text in SHIFT_WORDS:
+            return text
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
         if not math.isfinite(value):
-            raise SpecError(f"{spec!r}: option 'shift' must be a finite number or 'theory', "
-                            f"got {text!r}")
+            raise SpecError(f"{spec!r}: option 'shift' must be a finite number, 'theory' or "
+                            f"'measured', got {text!r}"
+                            + did_you_mean(text, SHIFT_WORDS, quote=True, prefix="; "))
         return value
     if key == "freeze_after":
         try:
@@ -488,7 +497,7 @@ def resolve_elementwise(
     the activation has none).
 
     Includes the function's parameters, ``clip`` and a numeric ``shift``; excludes
-    ``shift=theory``, ``adaptive`` and ``topk``. Learnable activations give the function at
+    ``shift=theory``, ``shift=measured``, ``adaptive`` and ``topk``. Learnable activations give the function at
     their initial parameters; ``noisy_relu`` its eval-mode ReLU; for ``sugar`` f' is the
     surrogate gradient its backward uses. Uses the reference math (exact softplus).
     """
@@ -556,7 +565,12 @@ class SpecActivation(Activation):
     cast), which follows ``.to()`` and which every path reads (eager, torch.func transforms,
     the fused and native kernels). Every module has it, zero without a shift, so modules
     that differ only in their shift have the same structure and stack into one vmapped
-    ensemble. It is not saved in ``state_dict``: the spec determines it.
+    ensemble. It is not saved in ``state_dict`` (the spec determines it), except with
+    ``shift=measured``: there ``offset`` is NaN until
+    :func:`~actlab.activations.calibrate.calibrate_shifts_` measures it (``measured`` is
+    true, ``needs_calibration`` says whether that is still to do, and ``forward`` raises
+    :class:`ShiftNotCalibratedError` until then), and it is saved, so a checkpoint keeps
+    the calibrated value.
     """
 
     offset: Tensor
@@ -570,12 +584,15 @@ class SpecActivation(Activation):
         params = parsed.params
         self.clip: float | None = parsed.options.get("clip")
         shift = parsed.options.get("shift")
+        self.measured = shift == "measured"
         if shift == "theory":
             shift = theory_shift(parsed, parsed.options.get("q", DEFAULT_Q))
-        shift = float(shift or 0.0)
+        shift = math.nan if self.measured else float(shift or 0.0)
         self.register_buffer("offset", torch.tensor(shift, dtype=torch.float64),
-                             persistent=False)
-        self._shifted = shift != 0.0  # eager paths skip the subtraction of a zero shift
+                             persistent=self.measured)
+        # an actlab.activations.calibrate.ShiftRecorder while calibrating (not imported: the
+        # calibrate module builds on this one)
+        self._recorder: Any = None
         self._members_shifted = True  # torch.func paths subtract it (see for_members)
         self.topk: float | None = parsed.options.get("topk")
         adaptive = "adaptive" in parsed.flags
@@ -583,7 +600,7 @@ class SpecActivation(Activation):
             AdaptiveCenter(parsed.options.get("momentum"), parsed.options.get("freeze_after"))
             if adaptive else None
         )
-        self.bounds = _output_bounds(defn.bounds, self.clip, shift, adaptive, self.topk)
+        self._read_offset(shift)
         self.core: nn.Module | None = None
         if parsed.name == "silu" and "learnable" in parsed.flags:
             self.core = LearnableSiLUCore(params["beta"])
@@ -593,8 +610,22 @@ class SpecActivation(Activation):
 
     @property
     def shift(self) -> float:
-        """The constant subtracted after the function, as a float (read from ``offset``)."""
+        """The constant subtracted after the function, as a float (read from ``offset``;
+        NaN for a ``shift=measured`` module not calibrated yet)."""
         return float(self.offset)
+
+    @property
+    def needs_calibration(self) -> bool:
+        """True for a ``shift=measured`` module whose shift has not been measured yet."""
+        return self._pending
+
+    def _read_offset(self, value: float) -> None:
+        """Derive the Python-side choices from the shift ``value`` (the buffer's content)."""
+        self._pending = self.measured and math.isnan(value)
+        self._shifted = not self._pending and value != 0.0  # eager paths skip a zero shift
+        adaptive = self.center is not None
+        self.bounds = None if self._pending else _output_bounds(
+            _REGISTRY[self.parsed.name].bounds, self.clip, value, adaptive, self.topk)
 
     def _bind_kernels(self) -> None:
         """Choose the forward kernels (plain functions, not state: rebuilt on unpickling)."""
@@ -613,7 +644,9 @@ class SpecActivation(Activation):
             self._fn = partial(kernel, **params) if params else kernel
         # Out-of-place kernel for torch.func transforms (vmap, grad, jvp), where the custom
         # autograd nodes and in-place writes of the fast paths are not allowed.
-        plain = self.core if self.core is not None else (defn.fast or defn.fn)
+        # The core's bound __call__, not the core itself: assigning the module would register
+        # it a second time (as "_plain_fn"), doubling its entries in state_dict.
+        plain = self.core.__call__ if self.core is not None else (defn.fast or defn.fn)
         self._plain_fn = partial(plain, **params) if params and self.core is None else plain
         if self.clip is not None:
             self._inplace_ok = True  # clamp_max returns a fresh tensor it does not save
@@ -637,7 +670,10 @@ class SpecActivation(Activation):
     def __setstate__(self, state: dict[str, Any]) -> None:
         old_shift = state.pop("shift", None)  # modules pickled when the shift was a float
         state.setdefault("_members_shifted", True)
+        for key, default in (("measured", False), ("_pending", False), ("_recorder", None)):
+            state.setdefault(key, default)
         super().__setstate__(state)
+        self._modules.pop("_plain_fn", None)  # modules pickled when the core was listed twice
         if "offset" not in self._buffers:
             shift = float(old_shift or 0.0)
             self.register_buffer("offset", torch.tensor(shift, dtype=torch.float64),
@@ -647,6 +683,8 @@ class SpecActivation(Activation):
 
     def forward(self, x: Tensor) -> Tensor:
         """Apply the activation and its options."""
+        if self._pending:
+            self._measure(x)
         if functorch_transforms_active():
             return self._forward_out_of_place(x)
         if self._fused is not None:
@@ -662,13 +700,41 @@ class SpecActivation(Activation):
                 y = self.center(y, inplace=self._inplace_ok or self._shifted)
         return topk_sparsify(y, self.topk) if self.topk is not None else y
 
+    def _measure(self, x: Tensor) -> NoReturn:
+        """The forward of a ``shift=measured`` module before calibration: hand the unshifted
+        output (function, then clip) to the recorder calibrating it, which stops the model's
+        forward there; without one, raise :class:`ShiftNotCalibratedError`."""
+        if self._recorder is None:
+            raise ShiftNotCalibratedError(
+                f"activation {self.spec!r}: the shift is not measured yet; call "
+                "actlab.calibrate_shifts_(model, batches) on the initialised model (or load a "
+                "state_dict saved after calibration) before using it")
+        y = self.core(x) if self.core is not None else self._plain_fn(x)
+        if self.clip is not None:
+            y = torch.clamp_max(y, self.clip)
+        raise self._recorder.stop(self, y)
+
     def refresh_from_buffers(self) -> None:
         """Re-derive what construction decided from ``offset`` (whether the eager paths
-        subtract a shift, which kernels run) after its value was written in place, as
+        subtract a shift, which kernels run, whether a measured shift is still to measure)
+        after its value was written in place, as
         :meth:`actlab.train.ensemble.Ensemble.member` does when it copies a member's state
-        into another member's module."""
-        self._shifted = float(self.offset) != 0.0
+        into another member's module, and as loading a ``state_dict`` does."""
+        if self.offset.is_meta:
+            return
+        self._read_offset(float(self.offset))
         self._bind_kernels()
+
+    def _load_from_state_dict(self, state_dict: dict[str, Any], prefix: str,
+                              *args: Any, **kwargs: Any) -> None:
+        """Load as usual, then re-read ``offset`` (a measured shift comes with the state).
+
+        State dicts saved when the core was also listed as ``_plain_fn`` hold its tensors
+        twice; that copy is dropped (the ``core.`` entries load)."""
+        for key in [k for k in state_dict if k.startswith(prefix + "_plain_fn.")]:
+            del state_dict[key]
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+        self.refresh_from_buffers()
 
     def for_members(self, members: Sequence[nn.Module]) -> None:
         """Serve as the shared skeleton of ``members`` in a vmapped ensemble.
@@ -676,9 +742,11 @@ class SpecActivation(Activation):
         Under torch.func the members share this module's code but each brings its own
         ``offset``, so the shift is subtracted whatever this module's own value; when no
         member has a shift, the skeleton may skip it (as eager does). Called by
-        :class:`~actlab.train.ensemble.Ensemble` on its template.
+        :class:`~actlab.train.ensemble.Ensemble` on its template. A ``shift=measured``
+        member not calibrated yet makes the skeleton raise as that member would.
         """
         self._members_shifted = any(getattr(m, "_shifted", True) for m in members)
+        self._pending = any(getattr(m, "_pending", False) for m in members)
 
     def _forward_out_of_place(self, x: Tensor) -> Tensor:
         """The same function with plain out-of-place ops, so torch.func can transform it."""

@@ -7,6 +7,8 @@ adds the shared options (shift, adaptive, clip, topk) around them.
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -48,31 +50,70 @@ class NoisyReLUCore(nn.Module):
         out = α relu(x) + (1 − α) x + σ |ε|  with ε ~ N(0, 1), only where x < 0
 
     so with α = 1 only the half-normal noise acts, and only on negative pre-activations.
-    In eval mode the output is plain ``relu(x)``. ``p``, ``c`` and ``alpha`` are learnable
-    parameters; ``p`` is drawn from N(0, 1) at construction unless given (as in the paper's
-    code), so seed the global generator for reproducible models.
+    In eval mode the output is plain ``relu(x)``.
+
+    Only ``p`` is a parameter (drawn from N(0, 1) at construction unless given, as in the
+    paper's code, so seed the global generator for reproducible models). ``c`` and
+    ``alpha`` are plain Python floats, as in that code: constants of the spec like every
+    other spec parameter (a leaky slope, a softplus β), so no optimizer can move them and
+    the forward can drop the ``(1 − α) x`` branch exactly when α = 1. Old checkpoints that
+    saved them as parameters load when their values equal this module's; otherwise
+    loading raises an error naming the spec that matches them.
     """
 
     def __init__(self, p: float | None = None, c: float = 1.0, alpha: float = 1.0) -> None:
         super().__init__()
         p_init = torch.randn(1) if p is None else torch.tensor([float(p)])
         self.p = nn.Parameter(p_init)
-        self.c = nn.Parameter(torch.tensor(float(c)))
-        self.alpha = nn.Parameter(torch.tensor(float(alpha)))
+        self.c = float(c)
+        self.alpha = float(alpha)
 
     def forward(self, x: Tensor) -> Tensor:
         """Noisy in training mode, ReLU in eval mode."""
         if not self.training:
             return F.relu(x)
-        p, c, alpha = (t.to(x.dtype) for t in (self.p, self.c, self.alpha))
         negative = x < 0
         delta = torch.clamp_min(-x, 0.0)
-        scale = c * (torch.sigmoid(p * delta) - 0.5).square()
+        scale = (torch.sigmoid(self.p.to(x.dtype) * delta) - 0.5).square()
+        if self.c != 1.0:
+            scale = scale * self.c
         eps = torch.randn_like(x).abs_()
         noise = torch.where(negative, scale * eps, torch.zeros_like(x))
         # The noise is added after the rectifier, so it survives (unlike code that applies
         # the ReLU last and thereby zeroes exactly the noisy entries).
-        return alpha * F.relu(x) + (1.0 - alpha) * x + noise
+        rectified = F.relu(x)
+        if self.alpha == 1.0:  # the identity branch is absent, not 0 · x
+            return rectified + noise
+        return self.alpha * rectified + (1.0 - self.alpha) * x + noise
+
+    def _load_from_state_dict(
+        self,
+        state_dict: dict[str, Tensor],
+        prefix: str,
+        local_metadata: dict,
+        strict: bool,
+        missing_keys: list[str],
+        unexpected_keys: list[str],
+        error_msgs: list[str],
+    ) -> None:
+        """Accept checkpoints from when ``c`` and ``alpha`` were parameters, if they agree."""
+        for name in ("c", "alpha"):
+            key = prefix + name
+            if key not in state_dict:
+                continue
+            saved = float(state_dict.pop(key).reshape(()))
+            if not math.isclose(saved, getattr(self, name), rel_tol=1e-6, abs_tol=1e-12):
+                error_msgs.append(
+                    f"{key}: the checkpoint has {name}={saved!r} (it was a learnable "
+                    f"parameter); {name} is now a constant of the spec, {getattr(self, name)!r} "
+                    f"here; build the activation as 'noisy_relu:{name}={saved!r}' to load it"
+                )
+        super()._load_from_state_dict(
+            state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
+        )
+
+    def extra_repr(self) -> str:
+        return f"c={self.c}, alpha={self.alpha}"
 
 
 class _SugarFunction(torch.autograd.Function):

@@ -52,8 +52,8 @@ def activation_kind(act: nn.Module) -> int | None:
     Any shift is fine (the kernel reads each member's ``offset``); other options, such as
     ``clip``, ``adaptive`` or ``topk``, change the function.
     """
-    if type(act) is not SpecActivation:
-        return None
+    if type(act) is not SpecActivation or act.needs_calibration:
+        return None  # an uncalibrated shift=measured raises on the vmap path instead
     parsed = act.parsed
     if parsed.name not in ACTIVATIONS or parsed.flags or set(parsed.options) - {"shift", "q"}:
         return None

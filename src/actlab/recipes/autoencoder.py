@@ -12,6 +12,11 @@ alone come to the full reconstruction (correlation, cosine, PSNR, and the scale-
 :func:`scale_aware_fit`), and the latent's share of energy in the bias component.
 :func:`load_images` gives digits (upsampled) or CIFAR-10 images.
 
+With a ``shift=measured`` activation (``relu:shift=measured``) each activation's shift is
+measured on training batches right after initialisation (:func:`calibrate_on_training_batches`,
+"Rethinking Activation Functions" §2.1's "expected post-activation output at
+initialization"), before the first update.
+
 Example::
 
     from actlab.analysis import log_steps
@@ -37,6 +42,8 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from actlab.activations.calibrate import calibrate_shifts_, measured_activations
+from actlab.activations.spec import SpecActivation
 from actlab.init import initialize_
 from actlab.nn.autoencoder import ConvAutoencoder, bias_decomposition, image_similarity
 from actlab.train.callbacks import EvalLog, LossLog
@@ -58,7 +65,8 @@ class AutoencoderRun:
     a diverged run ends with a ``nan`` ``test_loss`` at the step after its last update.
     ``images``: ``input`` (the first ``n_show`` held-out images) and, per shown step in
     ``steps``, the decoded ``full``, ``bias`` and ``dev`` images, as nested lists rounded
-    to 4 decimals.
+    to 4 decimals. ``shifts``: the shift every activation subtracted during training, by
+    module name (0 unshifted; measured at initialisation for ``shift=measured``).
     """
 
     status: str
@@ -66,6 +74,7 @@ class AutoencoderRun:
     model: nn.Module
     rows: list[tuple[int, str, float]] = field(default_factory=list)
     images: dict[str, Any] = field(default_factory=dict)
+    shifts: dict[str, float] = field(default_factory=dict)
 
 
 def load_images(data_dir: str | None = None, *, image_size: int = 16, limit_train: int = 10000,
@@ -154,23 +163,43 @@ def build_autoencoder(in_channels: int, activation: str, seed: int, *,
     return model
 
 
+def calibrate_on_training_batches(model: nn.Module, x_train: Tensor, batch_size: int,
+                                  n_batches: int, seed: int) -> dict[str, float]:
+    """Measure every ``shift=measured`` activation of ``model`` on ``n_batches`` batches of
+    ``batch_size`` training images (:func:`actlab.calibrate_shifts_`), and return the shift
+    of every activation by module name.
+
+    The batches are drawn without replacement by a generator of their own seeded with
+    ``seed``, so the training batch order does not change.
+    """
+    if measured_activations(model):
+        order = torch.randperm(len(x_train), generator=torch.Generator().manual_seed(seed))
+        take = order[: batch_size * n_batches]
+        calibrate_shifts_(model, list(x_train[take].split(batch_size)))
+    return {name: m.shift for name, m in model.named_modules() if isinstance(m, SpecActivation)}
+
+
 def train_autoencoder(x_train: Tensor, x_eval: Tensor, *, activation: str,
                       settings: TrainSettings, seed: int, checkpoints: Sequence[int],
                       widths: Sequence[int] = (16, 64), convs_per_stage: int = 2,
                       init: str = "he", loss_every: int = 10, n_show: int = 4,
-                      grid_points: int = 6, progress: Callable[..., Iterable] | None = None
-                      ) -> AutoencoderRun:
+                      grid_points: int = 6, calibration_batches: int = 8,
+                      progress: Callable[..., Iterable] | None = None) -> AutoencoderRun:
     """Train one autoencoder on ``x_train`` and measure it on ``x_eval`` (module docstring).
 
     ``checkpoints`` are the steps (updates done, 0 = untrained) of :func:`measure_checkpoint`;
     about ``grid_points`` of them (:func:`grid_steps`) keep ``n_show`` decoded images. The
     batch loss is kept after update 1, 1 + ``loss_every``, ... and the last. ``settings.loss``
-    must be ``half_sse`` (the image is the target).
+    must be ``half_sse`` (the image is the target). A ``shift=measured`` activation is
+    calibrated on ``calibration_batches`` training batches before the first update
+    (:func:`calibrate_on_training_batches`).
     """
     if settings.loss != "half_sse":
         raise ValueError(f"settings.loss: the autoencoder trains on half_sse, got {settings.loss!r}")
     model = place(build_autoencoder(x_train.shape[1], activation, seed, widths=widths,
                                     convs_per_stage=convs_per_stage, init=init))
+    shifts = calibrate_on_training_batches(model, x_train, settings.batch_size,
+                                           calibration_batches, seed)
     shown = set(grid_steps(checkpoints, grid_points))
     images: dict[str, Any] = {"steps": [], "input": _rounded(x_eval[:n_show]),
                               **{p: [] for p in PARTS}}
@@ -194,7 +223,7 @@ def train_autoencoder(x_train: Tensor, x_eval: Tensor, *, activation: str,
                                                   half_sse_to_mse_mean(r["loss"], pixels)))
     for r in evals.rows:
         by_step.setdefault(r["step"], []).extend((k, v) for k, v in r.items() if k != "step")
-    run = AutoencoderRun(outcome.status, outcome.steps, model, images=images)
+    run = AutoencoderRun(outcome.status, outcome.steps, model, images=images, shifts=shifts)
     run.rows = [(step, metric, value) for step in sorted(by_step) for metric, value in by_step[step]]
     if outcome.status == STATUS_DIVERGED:
         run.rows.append((outcome.steps + 1, "test_loss", math.nan))

@@ -59,11 +59,16 @@ def resolve(spec: str) -> tuple[Elementwise, Elementwise]:
     surrogate its backward uses), else autograd of the function, else central finite
     differences. ``shift=theory`` subtracts the Gaussian mean of the base function at the
     spec's ``q`` (default 1/3). Specs that are not elementwise (``adaptive``, ``topk``:
-    they depend on the other features of the example) raise
+    they depend on the other features of the example) and ``shift=measured`` raise
     :class:`~actlab.errors.SpecError` (a ``ValueError``).
     """
     parsed = parse_spec(spec)
     extra = sorted({"adaptive"} & parsed.flags | {"topk"} & set(parsed.options))
+    if parsed.options.get("shift") == "measured":
+        raise SpecError(
+            f"{spec!r}: shift=measured is measured on data (calibrate_shifts_), so it has no "
+            f"Gaussian averages; use {base_spec(parsed) + ':shift=theory'!r} for the Gaussian mean"
+        )
     if extra:
         raise SpecError(
             f"{spec!r}: option {' and '.join(extra)} is not elementwise, so it has no Gaussian "

@@ -2,10 +2,15 @@
 
 "Rethinking Activation Functions" §3, eq. 8, Figs. 5, 17, 18 and App. D. A small VGG-style
 autoencoder (:class:`~actlab.nn.autoencoder.ConvAutoencoder`) learns to reconstruct images
-with plain ``relu`` (unshifted) or ``relu:shift=theory`` (every ReLU becomes
-``ReLU(z) - 0.23``). Both models of a seed start from the same weights and see the same
-batches. At log- and linearly-spaced checkpoints, on a fixed set of held-out images, we
-measure
+with plain ``relu`` (unshifted) or shifted ReLUs (App. D: "replaces each ReLU with
+ReLU(z) − b"). The shifted model uses ``relu:shift=measured``: each ReLU's b is its mean
+output at initialisation, measured on ``calibration_batches`` training batches layer by layer
+(:func:`actlab.calibrate_shifts_`), our reading of §2.1's "we estimate b as its expected
+post-activation output at initialization" for a model whose pre-activations are not the
+teacher-student's N(0, 1/3). The variant ``shifted-theory`` keeps that Gaussian value
+(``relu:shift=theory``, b = 0.23 in every layer). The three models of a seed start from the
+same weights and see the same batches. At log- and linearly-spaced checkpoints, on a fixed
+set of held-out images, we measure
 
 * the reconstruction loss (per-pixel mean squared error; Fig. 17's residual is shifted minus
   unshifted);
@@ -25,9 +30,14 @@ measurement are the recipe :mod:`actlab.recipes.autoencoder`.
     {"data": ..., "similarity": "correlation", "scale": {...},
      "unshifted": {"similarity_peak_step", "similarity_peak", "similarity_final",
                    "similarity_initial", "similarity_first_trained", "final_loss", ...},
-     "shifted": {... the same ...},
-     "final_loss_unshifted", "final_loss_shifted", "loss_residual_final",
-     "loss_residual_early", "early_step", "failed_units"}
+     "shifted": {... the same ...}, "shifted-theory": {... the same ...},
+     "final_loss_unshifted", "final_loss_shifted", "final_loss_shifted-theory",
+     "loss_residual_final", "loss_residual_early", "early_step" (shifted - unshifted),
+     "loss_residual_final_theory", "loss_residual_early_theory" (shifted-theory - unshifted),
+     "failed_units"}
+
+Each model's entry also has ``shifts`` (every activation's b, seed mean, by module name) and
+``latent_mean_initial`` (the held-out mean of the latent h at step 0).
 """
 
 from __future__ import annotations
@@ -41,7 +51,12 @@ from actlab import analysis
 from actlab.errors import ConfigError
 from actlab.experiments.bias_component.claims import claims as bias_claims
 from actlab.experiments.bias_component.figures import draw_figures
-from actlab.experiments.bias_component.summary import CONDITIONS, PREFIX, build_summary
+from actlab.experiments.bias_component.summary import (
+    CONDITIONS,
+    PREFIX,
+    SHIFT_METRIC,
+    build_summary,
+)
 from actlab.recipes.autoencoder import load_images, train_autoencoder
 from actlab.runner.experiment import (
     STATUS_DIVERGED,
@@ -63,7 +78,9 @@ class BiasComponentConfig(CheckedConfig):
     """Scale and settings of the bias-component study (see the module docstring)."""
 
     unshifted: str = checked("relu", spec="activation")
-    shifted: str = checked("relu:shift=theory", spec="activation")
+    shifted: str = checked("relu:shift=measured", spec="activation")
+    shifted_theory: str = checked("relu:shift=theory", spec="activation")  # "shifted-theory"
+    calibration_batches: int = checked(8, ge=1)  # training batches measuring shift=measured
     data_dir: str | None = None  # CIFAR-10 python files; digits when unset
     image_size: int = checked(16, ge=8)  # digits (8x8) are upsampled to this size
     limit_train: int = checked(10000, ge=1)  # CIFAR-10 training images used
@@ -99,12 +116,16 @@ class BiasComponentConfig(CheckedConfig):
 
 @register
 class BiasComponent(Experiment):
-    """Unshifted vs shifted ReLU autoencoders: decode the bias component and the deviation."""
+    """Unshifted vs shifted ReLU autoencoders: decode the bias component and the deviation.
+
+    ``shifted`` (the claims' model) measures b at initialisation; ``shifted-theory`` uses the
+    Gaussian b = 0.23."""
 
     name = "bias-component"
     headline_figure = "fig17_loss_residual"
     description = ("Conv autoencoder: reconstructions from the activation-bias component (eq. 8), "
-                   "unshifted vs shifted ReLU (\"Rethinking Activation Functions\" §3, App. D)")
+                   "unshifted vs shifted ReLU, b measured at initialisation (and b = 0.23 as "
+                   "a variant) (\"Rethinking Activation Functions\" §3, App. D)")
     Config = BiasComponentConfig
     quick = {"steps": 700, "log_points": 24, "n_eval": 128}
     full = {"steps": 6000, "log_points": 50}
@@ -113,7 +134,8 @@ class BiasComponent(Experiment):
 
     def units(self, config: BiasComponentConfig) -> list[dict[str, Any]]:
         """One unit per condition (each trains every seed of its group)."""
-        return [{"condition": c, "activation": getattr(config, c)} for c in CONDITIONS]
+        return [{"condition": c, "activation": getattr(config, c.replace("-", "_"))}
+                for c in CONDITIONS]
 
     def run_unit(self, config: BiasComponentConfig, unit: dict[str, Any], seeds: list[int],
                  ctx: UnitContext) -> UnitResult:
@@ -131,9 +153,12 @@ class BiasComponent(Experiment):
                     checkpoints=checkpoints, widths=config.widths,
                     convs_per_stage=config.convs_per_stage, init=config.init,
                     loss_every=config.loss_every, n_show=config.n_show,
-                    grid_points=config.grid_points, progress=ctx.progress)
+                    grid_points=config.grid_points,
+                    calibration_batches=config.calibration_batches, progress=ctx.progress)
                 for step, metric, value in trained.rows:
                     result.add(run, seed, step, "", metric, value)
+                for layer, shift in trained.shifts.items():
+                    result.add(run, seed, 0, layer, SHIFT_METRIC, shift)
                 result.data[str(seed)] = trained.images
                 result.data["dataset"] = name
                 if trained.status == STATUS_DIVERGED:

@@ -11,6 +11,9 @@ from actlab import analysis
 from actlab.experiments.bias_component.summary import CONDITIONS, PREFIX
 from actlab.recipes.autoencoder import PARTS
 
+THEORY = "shifted-theory"
+THEORY_COLOR = "tab:orange"
+
 if TYPE_CHECKING:
     from actlab.runner.experiment import RunContext
 
@@ -21,6 +24,9 @@ def draw_figures(table: pd.DataFrame, results: list[dict[str, Any]], ctx: RunCon
     if table.empty:
         return
     fig, axes = plt.subplots(1, 4, figsize=(18, 3.8))
+    for ax, metric in zip(axes, ("bias_correlation", "dev_correlation", "bias_share",
+                                 "bias_input_correlation")):
+        _theory_curve(ax, table, metric)
     analysis.plot_pair_curves(axes[3], table, PREFIX, "bias_input_correlation", log=True)
     axes[3].set_ylabel("correlation(bias-only, input)")
     axes[3].set_title("image content in the bias component", fontsize=9)
@@ -39,13 +45,22 @@ def draw_figures(table: pd.DataFrame, results: list[dict[str, Any]], ctx: RunCon
 
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
     analysis.plot_pair_curves(axes[0], table, PREFIX, "test_loss", log=True)
+    _theory_curve(axes[0], table, "test_loss")
     axes[0].set_yscale("log")
     axes[0].set_ylabel("held-out reconstruction MSE")
     axes[0].legend(fontsize=7)
     residual = analysis.paired_residual(table, "test_loss", PREFIX)
     x = np.maximum(residual.index.to_numpy(dtype=float), 1)
     axes[1].plot(x, residual.to_numpy(), color="gray", alpha=0.4, lw=0.7)
-    axes[1].plot(x, residual.mean(axis=1).to_numpy(), color="black", lw=2)
+    axes[1].plot(x, residual.mean(axis=1).to_numpy(), color="black", lw=2,
+                 label="shifted (measured b)")
+    theory = (analysis.curves(table, f"{PREFIX}/{THEORY}", "test_loss")
+              - analysis.curves(table, f"{PREFIX}/unshifted", "test_loss")).dropna(how="all")
+    if not theory.empty:
+        xt = np.maximum(theory.index.to_numpy(dtype=float), 1)
+        axes[1].plot(xt, theory.mean(axis=1).to_numpy(), color=THEORY_COLOR, lw=1.5,
+                     label=f"{THEORY} (b = 0.23)")
+        axes[1].legend(fontsize=7)
     axes[1].axhline(0, color="k", lw=0.5, ls="--")
     axes[1].set_xscale("log")
     axes[1].set_xlabel("step")
@@ -61,6 +76,14 @@ def draw_figures(table: pd.DataFrame, results: list[dict[str, Any]], ctx: RunCon
         seeds = sorted(int(k) for k in entry["data"] if k.isdigit())
         if seeds:
             _image_grid(entry["data"][str(seeds[0])], cond, seeds[0], ctx)
+
+
+def _theory_curve(ax: Any, table: pd.DataFrame, metric: str) -> None:
+    """The seed-mean curve of the ``shifted-theory`` variant beside the pair's curves."""
+    curve = analysis.curves(table, f"{PREFIX}/{THEORY}", metric)
+    if not curve.empty:
+        x = np.maximum(np.asarray(curve.index, dtype=float), 1)
+        ax.plot(x, curve.mean(axis=1).to_numpy(), color=THEORY_COLOR, lw=1.5, label=THEORY)
 
 
 def _image_grid(images: dict[str, Any], cond: str, seed: int, ctx: RunContext) -> None:

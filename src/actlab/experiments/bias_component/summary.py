@@ -12,7 +12,9 @@ if TYPE_CHECKING:
     from actlab.experiments.bias_component import BiasComponentConfig
 
 PREFIX = "ae"
-CONDITIONS = ("unshifted", "shifted")
+# "shifted" measures b at initialisation (the claims' model); "shifted-theory" uses b = 0.23.
+CONDITIONS = ("unshifted", "shifted", "shifted-theory")
+SHIFT_METRIC = "activation_shift"  # rows at step 0, one per activation (layer = module name)
 # Per-model summary keys; None when no checkpoint qualifies (see describe_condition).
 LANDMARKS = ("similarity_peak_step", "similarity_peak", "similarity_final", "final_loss",
              "first_trained_step", "similarity_first_trained")
@@ -47,6 +49,10 @@ def describe_condition(table: pd.DataFrame, run: str, min_fit: float = 0.5) -> d
                    similarity_final=float(trained.iloc[-1]),
                    first_trained_step=int(trained.index[0]),
                    similarity_first_trained=float(trained.iloc[0]))
+    out["latent_mean_initial"] = _initial(table, run, "latent_mean")
+    shifts = table[(table.run == run) & (table.metric == SHIFT_METRIC)]
+    out["shifts"] = {layer: float(group.value.mean())
+                     for layer, group in shifts.groupby("layer", sort=False)}
     for metric, key in (("dev_correlation", "dev_similarity_final"),
                         ("bias_input_correlation", "bias_input_correlation_final"),
                         ("bias_psnr", "bias_psnr_final"), ("bias_share", "bias_share_final"),
@@ -55,6 +61,14 @@ def describe_condition(table: pd.DataFrame, run: str, min_fit: float = 0.5) -> d
         if not curve.empty:
             out[key] = analysis.finite_mean(curve.iloc[-1])
     return out
+
+
+def _initial(table: pd.DataFrame, run: str, metric: str) -> float | None:
+    """The seed mean of ``metric`` at step 0 (``None`` when it was not logged)."""
+    curve = analysis.curves(table, run, metric)
+    if curve.empty or curve.index[0] != 0:
+        return None
+    return analysis.finite_mean(curve.iloc[0])
 
 
 def build_summary(config: BiasComponentConfig, table: pd.DataFrame,
@@ -69,6 +83,7 @@ def build_summary(config: BiasComponentConfig, table: pd.DataFrame,
                   "init": config.init,
                   "image_size": 32 if config.data_dir else config.image_size,
                   "optimizer": f"{config.optimizer} lr={config.lr:g}",
+                  "calibration_batches": config.calibration_batches,
                   "seeds": analysis.seeds_in(table) if len(table) else []},
         "failed_units": analysis.failed_units(results),
     }
@@ -81,4 +96,10 @@ def build_summary(config: BiasComponentConfig, table: pd.DataFrame,
         summary["early_step"] = analysis.early_step(list(residual.index), config.steps)
         summary["loss_residual_early"] = analysis.finite_mean(residual.loc[summary["early_step"]])
         summary["loss_residual_final"] = analysis.finite_mean(residual.iloc[-1])
+        theory = (analysis.curves(table, f"{PREFIX}/shifted-theory", "test_loss")
+                  - analysis.curves(table, f"{PREFIX}/unshifted", "test_loss")).dropna(how="all")
+        if not theory.empty:
+            summary["loss_residual_early_theory"] = analysis.finite_mean(
+                analysis.value_at(theory, summary["early_step"]))
+            summary["loss_residual_final_theory"] = analysis.finite_mean(theory.iloc[-1])
     return summary
