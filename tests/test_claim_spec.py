@@ -128,8 +128,12 @@ def test_claims_json_round_trip_is_re_judged_by_claim_problems():
 
 def test_every_source_has_a_citation_and_unknown_keys_name_the_closest():
     assert OURS in SOURCES and source(OURS).is_ours
-    papers = [s for s in SOURCES.values() if not s.is_ours]
+    papers = [s for s in SOURCES.values() if not (s.is_ours or s.is_code)]
     assert len(papers) == 5 and all(s.title and s.citation for s in papers)
+    code = source("bug-or-feature-code")
+    assert code.is_code and not code.is_ours
+    assert cite("bug-or-feature-code", "configs/config.yaml").endswith(
+        "(released code, the authors' public code), configs/config.yaml")
     assert cite("rethinking", "App. A").startswith("Peng, Zheng & Liu (2026)")
     with pytest.raises(ValueError, match="rethinking"):
         source("rethnking")
@@ -144,3 +148,22 @@ def test_quoted_numbers_travel_with_the_claim_and_ours_quote_none():
     with pytest.raises(ValueError, match="quotes no"):
         _spec(source=OURS).judge()
     assert _spec(source=OURS, quoted=()).judge().source_key == OURS
+
+
+def test_predictions_of_ours_travel_apart_from_the_quoted_numbers():
+    numbers = {"published": 0.62, "tol": 0.15, "m1": 0.58, "m30": 0.71, "theory": 0.60}
+    claim = _spec(numbers=numbers, predicted=("theory",)).judge()
+    assert claim.quoted == {"published": 0.62} and claim.predicted == {"theory": 0.60}
+    assert json.loads(dumps(claim))["predicted"] == {"theory": 0.60}
+    assert _spec().judge().predicted == {}
+    with pytest.raises(ValueError, match="not in its numbers"):
+        _spec(predicted=("nope",)).judge()
+    with pytest.raises(ValueError, match="both quoted"):
+        _spec(predicted=("published",)).judge()
+
+
+def test_released_code_is_cited_but_quotes_nothing():
+    claim = _spec(source="bug-or-feature-code", where="configs/config.yaml", quoted=()).judge()
+    assert claim.source_key == "bug-or-feature-code" and claim.quoted == {}
+    with pytest.raises(ValueError, match="released code"):
+        _spec(source="bug-or-feature-code").judge()

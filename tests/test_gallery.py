@@ -24,10 +24,9 @@ def test_quick_run_writes_figures_summary_and_claims(quick_run):
     assert figures == {"activations.png", "gaussian_averages.png", "shifts_and_gains.png",
                        "variance_recursion.png"}
     summary = json.loads((quick_run.path / "summary.json").read_text())
-    assert set(summary) == {"averages", "shifts", "gains", "recursion"}
+    assert set(summary) == {"averages", "shifts", "gains", "recursion", "landmarks"}
     claims = json.loads((quick_run.path / "claims.json").read_text())
-    by_source = {c["claim"].split(":")[0]: c for c in claims}
-    assert len(claims) == 7 and len(by_source) == 7
+    assert len(claims) == 12 and len({c["id"] for c in claims}) == 12
 
 
 def test_published_values_are_reproduced(quick_run):
@@ -47,6 +46,27 @@ def test_claims_fail_when_the_numbers_are_wrong(quick_run):
     summary["recursion"]["ReLU, He"]["measured_error_variance"][3] *= 10
     held = [c.held for c in gallery_claims(summary)]
     assert held[0] is False and held[1] is False and held[3] is False
+
+
+def test_landmarks_are_the_documents_and_fail_when_moved(quick_run):
+    held = {c.id.split("/", 1)[1]: c for c in gallery_claims(quick_run.summary)}
+    for name in ("gelu-silu/minima-match-handbook", "gelu-silu/peak-slopes-match-handbook",
+                 "gelu-tanh/approximation-error-matches-handbook",
+                 "silu/value-and-slope-at-minus-one"):
+        assert held[name].held is True, name
+    assert held["silu/value-and-slope-at-minus-one"].source_key == "gated-ffn-notes"
+    assert held["gelu-silu/minima-match-handbook"].quoted == {
+        "gelu_min": -0.17, "gelu_at": -0.7518, "silu_min": -0.2785, "silu_at": -1.2785}
+    # sigmoid's slope is 0.01 at z = 4.5849, which rounds to 4.58, not the handbook's 4.59
+    saturation = quick_run.summary["landmarks"]["sigmoid_saturation"]["at"]
+    assert abs(saturation - 4.5849) < 1e-4
+    assert held["sigmoid-tanh/saturation-points-match-handbook"].held is False
+    summary = json.loads(json.dumps(quick_run.summary))
+    summary["landmarks"]["gelu_minimum"]["at"] += 1e-4  # one unit of the fourth decimal
+    summary["landmarks"]["silu_at_minus_one"]["slope"] = 0.0725
+    moved = {c.id.split("/", 1)[1]: c.held for c in gallery_claims(summary)}
+    assert moved["gelu-silu/minima-match-handbook"] is False
+    assert moved["silu/value-and-slope-at-minus-one"] is False
 
 
 def test_recursion_section_has_every_layer(quick_run):

@@ -45,6 +45,7 @@ SHORTER: dict[str, dict] = {
     "spikes": {"steps": 20, "eval_every": 10},
     "gated-ffn": {"steps": 20, "eval_every": 10, "timing_repeats": 1},
     "drift": {"steps": 30},
+    "drift-theory": {"samples": 1000, "chunk": 500, "theory_networks": 2, "cov_networks": 2},
     "accumulation-stop": {"steps": 20, "warmup": 10},
     "relufication": {"steps": 20, "finetune_epochs": 1},
     "sparsity": {"steps": 20},
@@ -52,6 +53,7 @@ SHORTER: dict[str, dict] = {
     "relufy-pretrained": {"steps": 4, "n_eval_texts": 4, "n_train_texts": 16},
     "pretrained-profile": {"n_texts": 4},
     "pitfalls": {"epochs": 3},
+    "gn-bounds": {"steps": 20, "log_points": 2, "sweep_points": 3, "refine_steps": 1},
 }
 
 

@@ -49,7 +49,7 @@ RESULTS = ROOT / "docs" / "results"
 KEPT_FILES = ("summary.json", "claims.json", "config.json")
 QUICK_CLAIMS = "quick_claims.json"  # every claim of a quick reproduction, by id
 QUICK_KEYS = ("value", "held", "measured", "claim", "reference", "source", "source_key", "where",
-              "quoted", "precondition")
+              "quoted", "predicted", "precondition")
 SEED_VALUES = "claims_per_seed.json"  # {claim id: [value of seed 0, seed 1, ...]}
 MAX_TOTAL_BYTES = 15 * 2**20
 
@@ -58,8 +58,10 @@ MAX_TOTAL_BYTES = 15 * 2**20
 # the lm-shift reference's units took 23.5 min each with two units sharing the 2 CPU cores
 # (about 0.7 s per step with evaluation and probing): about 5 units an hour.
 _LM_NOTE = ("default scale: {units} units x about 23.5 min each with two units sharing 2 CPU "
-            "cores (measured on the lm-shift reference), about {hours} h in all; needs a GPU or a "
-            "long background CPU run; smaller-scale evidence is in docs/results/{name}/evidence-*")
+            "cores (measured on the lm-shift reference, with AdamW), about {hours} h in all; needs "
+            "a GPU or a long background CPU run; it is to be measured with today's default, the "
+            "gpt-nano recipe (Muon + AdamW, trapezoidal schedule); smaller-scale evidence "
+            "(AdamW, cosine) is in docs/results/{name}/evidence-*")
 PENDING: dict[str, tuple[str, str]] = {
     "spikes": ("pending (needs GPU)", _LM_NOTE.format(units=18, hours=3.5, name="spikes")),
     "gated-ffn": ("pending (needs GPU)", _LM_NOTE.format(units=15, hours=3, name="gated-ffn")),
@@ -70,6 +72,15 @@ EXTRA_PENDING: dict[str, str] = {
     "teacher-student": "--full (50, 200, 20), 8 seeds x 4 activations x 8000 steps: pending",
 }
 FULL_DIR = "full"  # the --full run kept beside an experiment's default-scale reference
+# References measured with settings that are no longer the experiment's defaults: how to
+# run them again (shown in the entry as "recipe").
+RECIPES: dict[str, str] = {
+    "lm-shift": ("measured before the gpt-nano recipe became the default: optimizer=adamw, "
+                 "cosine schedule to 0.1 x lr after 100 warm-up steps, lr 1e-3, weight decay 0.1, "
+                 "clipping at 1, evaluation every 100 steps; `actlab run lm-shift --set "
+                 "optimizer=adamw` runs exactly these settings (the default, Muon + AdamW with "
+                 "the trapezoidal schedule, would move this reference)"),
+}
 
 
 def resummarize(exp_name: str, run_dir: Path, units: list[dict[str, Any]], dest: Path) -> None:
@@ -175,6 +186,8 @@ def reference_entry(exp_name: str, dest: Path) -> dict[str, Any]:
         entry["full"] = _run_entry(dest / FULL_DIR)
     elif exp_name in EXTRA_PENDING:
         entry["note"] = EXTRA_PENDING[exp_name]
+    if exp_name in RECIPES:
+        entry["recipe"] = RECIPES[exp_name]
     return entry
 
 

@@ -17,6 +17,7 @@ _LAZY = {
     "ffn_param_count": "actlab.nn.ffn",
     "ffn_flops_per_token": "actlab.nn.ffn",
     "ResidualMLP": "actlab.nn.residual_mlp",
+    "OneBlock": "actlab.nn.one_block",
     "RMSNorm": "actlab.nn.norms",
     "PercentileLayerNorm": "actlab.nn.norms",
     "PercentileBatchNorm": "actlab.nn.norms",

@@ -286,6 +286,9 @@ class ClaimSpec:
     a key of :mod:`actlab.runner.sources` and ``where`` the section, figure or table;
     ``quoted`` names the numbers the source states (the paper column, checked against the
     document's text by ``tools/fidelity.py --sources``); a claim of our own quotes none.
+    ``predicted`` names our own predictions among the numbers (a theory computed by actlab
+    at our setting, e.g. eq. 61 at our width): they get a column of their own, never the
+    paper's, so a name cannot be both quoted and predicted.
     A non-empty ``undecided_because`` (a failed precondition: too few seeds, a protocol that
     is not comparable) leaves the claim undecided whatever the test says.
     """
@@ -298,6 +301,7 @@ class ClaimSpec:
     where: str = ""
     numbers: Mapping[str, Any] = field(default_factory=dict)
     quoted: tuple[str, ...] = ()
+    predicted: tuple[str, ...] = ()
     undecided_because: str = ""
 
     def judge(self) -> Claim:
@@ -306,11 +310,18 @@ class ClaimSpec:
         from actlab.runner.sources import cite, source
 
         kind = source(self.source)
-        missing = [name for name in self.quoted if name not in self.numbers]
+        missing = [name for name in (*self.quoted, *self.predicted) if name not in self.numbers]
         if missing:
-            raise ValueError(f"claim {self.id}: quoted numbers {missing} are not in its numbers")
+            raise ValueError(f"claim {self.id}: quoted or predicted numbers {missing} are not "
+                             "in its numbers")
         if kind.is_ours and self.quoted:
             raise ValueError(f"claim {self.id}: a claim of ours quotes no source's numbers")
+        if kind.is_code and self.quoted:
+            raise ValueError(f"claim {self.id}: released code has no text to check quoted "
+                             "numbers against; quote none")
+        if both := sorted(set(self.quoted) & set(self.predicted)):
+            raise ValueError(f"claim {self.id}: {both} cannot be both quoted (the source's) and "
+                             "predicted (ours)")
         main = self.check.leaves()[0]
         numeric = main.op != "in" and not isinstance(main.value, str)
         held = None if self.undecided_because else self.check.verdict()
@@ -321,6 +332,7 @@ class ClaimSpec:
                      reference=main.reference if numeric else None,
                      check=self.check.as_dict(), source_key=kind.key, where=self.where,
                      quoted={name: float(self.numbers[name]) for name in self.quoted},
+                     predicted={name: float(self.numbers[name]) for name in self.predicted},
                      precondition=self.undecided_because)
 
 

@@ -76,11 +76,13 @@ class Claim:
     threshold: float | None = None
     reference: float | None = None
     # Filled by a ClaimSpec: the whole check as data, the source's key and the section,
-    # figure or table cited, the numbers quoted from it (name -> value), a failed precondition.
+    # figure or table cited, the numbers quoted from it (name -> value), our own predictions
+    # among the numbers (name -> value), a failed precondition.
     check: dict[str, Any] | None = None
     source_key: str = ""
     where: str = ""
     quoted: dict[str, float] = field(default_factory=dict)
+    predicted: dict[str, float] = field(default_factory=dict)
     precondition: str = ""
 
     def __post_init__(self) -> None:

@@ -1,8 +1,10 @@
 """The documents actlab's claims come from, each with its citation, addressed by a short key.
 
-Every claim names one source: a document whose statement or number it checks, or
-:data:`OURS` for what we predicted, chose or found ourselves (a tolerance, a prototype's
-observation, a test of our own implementation). Totals count the two apart.
+Every claim names one source: a document whose statement or number it checks, the code the
+authors of a document released (a setting found there and not in the text; it has no text
+here, so nothing is quoted from it), or :data:`OURS` for what we predicted, chose or found
+ourselves (a tolerance, a prototype's observation, a test of our own implementation). Totals
+count the documents' (and their code's) and ours apart.
 
     >>> cite("rethinking", "App. A, Table 1")
     'Peng, Zheng & Liu (2026), "Rethinking Activation Functions: Reducing Bias Can Improve Learning", App. A, Table 1'
@@ -23,7 +25,7 @@ class Source:
     title: str
     authors: str
     year: int | None
-    kind: str  # "paper", "handbook page", "notes" or "ours"
+    kind: str  # "paper", "handbook page", "notes", "released code" or "ours"
     note: str = ""
 
     @property
@@ -42,6 +44,11 @@ class Source:
         """Whether the claim is ours rather than a document's."""
         return self.kind == "ours"
 
+    @property
+    def is_code(self) -> bool:
+        """Whether this is a document's released code (no text to check numbers against)."""
+        return self.kind == "released code"
+
 
 OURS = "actlab"
 
@@ -54,6 +61,10 @@ SOURCES: dict[str, Source] = {s.key: s for s in (
            "paper", "long version"),
     Source("bug-or-feature-short", "Bug or Feature²: Weight Drift, Activation Sparsity and Spikes",
            "", 2026, "paper", "short version"),
+    # The public code released with "Bug or Feature²": settings its text does not state (the
+    # GPT-nano learning rate of configs/config.yaml, for one).
+    Source("bug-or-feature-code", "Bug or Feature²: Weight Drift and Activation Sparsity", "",
+           2026, "released code", "the authors' public code"),
     Source(OURS, "actlab (ours: a prediction, choice or finding of this project)", "", None,
            "ours"),
 )}

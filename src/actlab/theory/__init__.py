@@ -1,4 +1,5 @@
-"""Theory: Gaussian moments, shifts, gains, variance recursion, curvature bounds and gradient angles.
+"""Theory: Gaussian moments, shifts, gains, variance recursion, curvature bounds, gradient angles
+and the drift theorems.
 
 Names are imported lazily: the activation registry uses :mod:`actlab.theory.quadrature`
 (``shift=theory``), and an eager import of :mod:`.gaussian` here, which itself reads the
@@ -20,13 +21,16 @@ _LAZY = {
     "predict_variances": "recursion",
     "gradient_angle": "angle",
     "relu_moments": "angle",
+    "OneBlockCurvature": "curvature",
     "down_projection_sharpness": "curvature",
     "gauss_newton_bounds": "curvature",
+    "joint_down_projection_sharpness": "curvature",
     "optimal_scalar_shift": "curvature",
 }
 
 __all__ = sorted(_LAZY)
-_SUBMODULES = ("angle", "curvature", "fit", "gaussian", "quadrature", "recursion")
+_SUBMODULES = ("angle", "curvature", "drift", "fit", "gaussian", "landmarks", "quadrature",
+               "recursion")
 
 
 def __getattr__(name: str) -> Any:

@@ -10,8 +10,10 @@ from actlab.runner.experiment import Claim
 
 PAPER = "bug-or-feature"
 # §7: percentiles computed every step cost up to ~28% of the throughput; frozen, DiT-S/2 runs
-# at 1.00-1.03x and MaxViT-T at 1.09-1.34x the baseline, quality within 2% (relative).
-PUBLISHED = {"slowdown": 0.28, "speed_low": 1.00, "speed_high": 1.34, "quality_tol": 0.02}
+# at 1.00-1.03x and MaxViT-T at 1.09-1.34x the baseline (two ranges, one per model: our bar is
+# the lowest of them, 1.00x); MaxViT-T's quality stays within 2% (relative) of its baseline.
+PUBLISHED = {"slowdown": 0.28, "speed_low": 1.00, "dit_high": 1.03, "maxvit_low": 1.09,
+             "speed_high": 1.34, "quality_tol": 0.02}
 
 
 def claims(summary: dict) -> list[Claim]:
@@ -27,10 +29,11 @@ def claims(summary: dict) -> list[Claim]:
             specs.append(ClaimSpec(
                 id=claim_id("accumulation-stop", model, "frozen-at-least-layernorm-speed"),
                 text=f"{model}: after Accumulation Stop, training runs at >= {{speed_low:.2f}}x "
-                     "LayerNorm's speed (published: {speed_low:.2f}-{speed_high:.2f}x)",
+                     "LayerNorm's speed (published: DiT-S/2 {speed_low:.2f}-{dit_high:.2f}x, "
+                     "MaxViT-T {maxvit_low:.2f}-{speed_high:.2f}x)",
                 measured="{ratio:.2f}x ± {noise:.2f}", check=ge(n["ratio"], n["speed_low"]),
-                source=PAPER, where="§7, Table 10", numbers=n,
-                quoted=("speed_low", "speed_high"),
+                source=PAPER, where="§7; App. B.4, Table 10", numbers=n,
+                quoted=("speed_low", "dit_high", "maxvit_low", "speed_high"),
                 undecided_because="the ratio is within its noise of 1.0" if tied else ""))
         if dynamic and frozen:
             n = {**PUBLISHED, "dynamic_ratio": dynamic.get("ratio_to_layernorm", math.nan),
@@ -48,7 +51,8 @@ def claims(summary: dict) -> list[Claim]:
             specs.append(ClaimSpec(
                 id=claim_id("accumulation-stop", model, "freezing-keeps-accuracy"),
                 text=f"{model}: freezing keeps accuracy within {{quality_tol:.0%}} (relative) "
-                     "of dynamic percentiles",
+                     "of dynamic percentiles (the paper: MaxViT-T within {quality_tol:.0%} of "
+                     "its baseline)",
                 measured="{acc_dynamic:.3f} -> {acc_frozen:.3f} ({rel:+.1%})",
                 check=gt(n["rel"], -n["quality_tol"]), source=PAPER, where="§7, App. B.4",
                 numbers=n, quoted=("quality_tol",)))

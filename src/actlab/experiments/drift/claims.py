@@ -125,7 +125,7 @@ def _relu_conditions(relu: dict) -> list[ClaimSpec]:
                  "He-init shift)",
             measured="default {default:+.2e} vs He {he:+.2e}",
             check=lt(abs(n["default"]), n["ratio"] * abs(n["he"])), source="actlab",
-            where="issue prototype", numbers=n))
+            numbers=n))
     sk = relu.get("skip")
     if sk and sk["mean_shift_later_layers"] is not None:
         n = {"shift": sk["mean_shift_later_layers"]}

@@ -7,6 +7,9 @@
 4. Fixed-point gains against ``torch.nn.init.calculate_gain``.
 5. The variance recursion against one measured random network per setting (the handbook's
    "Checking the predictions": sigmoid + Xavier, ReLU + He, ReLU + Xavier, ReLU + 1.5·He).
+6. Landmarks of the graphs the documents state: GELU's and SiLU's minima and peak slopes, the
+   largest gap between GELU and its tanh approximation, where the sigmoid's and tanh's slopes
+   fall below 0.01 (the handbook), and SiLU and its slope at -1 (the gated-FFN notes).
 
 Everything is computed by :mod:`actlab.theory` and :mod:`actlab.init`; this package only
 arranges, compares and draws.
@@ -25,9 +28,11 @@ from actlab.experiments.gallery.claims import claims as gallery_claims
 from actlab.experiments.gallery.figures import draw_gallery_figures
 from actlab.experiments.gallery.summary import (
     GAIN_NAMES,
+    LANDMARKS,
     PUBLISHED_SHIFTS,
     RECURSION_FIELDS,
     RECURSION_SETTINGS,
+    SATURATION_SLOPE,
     build_summary,
     elementwise_activations,
     print_tables,
@@ -69,6 +74,29 @@ def recursion_network(config: GalleryConfig, activation: str, scheme: str,
     return widths, variance, [activation] * config.depth + ["identity"]
 
 
+def landmark(kind: str, spec: str, interval: tuple[float, float]) -> dict[str, float]:
+    """One landmark of ``spec``'s graph (a kind of :data:`~.summary.LANDMARKS`), float64."""
+    from actlab.theory import landmarks
+    from actlab.theory.gaussian import resolve
+
+    function, slope = resolve(spec)
+    lo, hi = interval
+    if kind == "minimum":
+        point = landmarks.minimum(function, lo, hi)
+    elif kind == "peak_slope":
+        point = landmarks.maximum(slope, lo, hi)
+    elif kind == "tanh_gap":
+        point = landmarks.largest_gap(resolve(f"{spec}:tanh")[0], function, lo, hi)
+    elif kind == "saturation":
+        return {"at": landmarks.falls_below(slope, SATURATION_SLOPE, lo, hi)}
+    elif kind == "at_minus_one":
+        x = torch.tensor([lo], dtype=torch.float64)
+        return {"at": lo, "value": float(function(x)[0]), "slope": float(slope(x)[0])}
+    else:
+        raise ValueError(f"unknown landmark kind {kind!r}")
+    return {"at": point.at, "value": point.value}
+
+
 @register
 class GalleryExperiment(Experiment):
     """Activation gallery and theory tables (Gaussian averages, shifts, gains, recursion)."""
@@ -103,6 +131,9 @@ class GalleryExperiment(Experiment):
         for name in GAIN_NAMES:
             result.add(f"gain/{name}", seed, 0, "", "fixed_point", recommended_gain(name))
             result.add(f"gain/{name}", seed, 0, "", "torch", calculate_gain(name))
+        for name, kind, spec, interval in LANDMARKS:
+            for key, value in landmark(kind, spec, interval).items():
+                result.add(f"landmarks/{name}", seed, 0, "", key, value)
         settings = ctx.progress(RECURSION_SETTINGS, desc="recursion")
         for index, (label, activation, scheme, multiplier) in enumerate(settings):
             widths, variance, activations = recursion_network(config, activation, scheme, multiplier)

@@ -1,6 +1,10 @@
 """The claims of the ``gallery``: published tables reproduced (the handbook page "Activations and
-initialization" and Table 1 of "Rethinking Activation Functions"), and the handbook's
-statements about the recursion example."""
+initialization" and Table 1 of "Rethinking Activation Functions"), the handbook's statements
+about the recursion example, and the points of the graphs the handbook and the gated-FFN notes
+state (minima, peak slopes, the tanh-GELU gap, saturation, SiLU at -1).
+
+A stated value counts as reproduced within half a unit of its last stated decimal (ours: the
+rounding the document's own figure allows, the rule of the averages claim too)."""
 
 from __future__ import annotations
 
@@ -8,6 +12,7 @@ import math
 
 from actlab.experiments.gallery.summary import AVERAGE_KEYS, PUBLISHED_AVERAGES, PUBLISHED_SHIFTS
 from actlab.runner.claims import (
+    Check,
     ClaimSpec,
     all_of,
     claim_id,
@@ -21,6 +26,7 @@ from actlab.runner.experiment import Claim
 
 NAME = "gallery"
 CHECKING = "Checking the predictions"  # the handbook's part on the recursion example
+EIGHT = "Eight activation functions"  # the handbook's part with the graphs' landmarks
 
 
 def _spread(values: list[float]) -> float:
@@ -37,7 +43,8 @@ def claims(summary: dict) -> list[Claim]:
     """The headline rows: published numbers reproduced, and the recursion example's statements."""
     averages, shifts, gains, rec = (summary[k] for k in ("averages", "shifts", "gains",
                                                           "recursion"))
-    return judge_all([_averages(averages), _shifts(shifts), _gains(gains), *_recursion(rec)])
+    return judge_all([_averages(averages), _shifts(shifts), _gains(gains), *_recursion(rec),
+                      *_landmarks(summary.get("landmarks", {}))])
 
 
 def _averages(averages: dict) -> ClaimSpec:
@@ -143,4 +150,85 @@ def _recursion(rec: dict) -> list[ClaimSpec]:
                      "single layer {worst:.2f}",
             check=le(follows["median"], follows["max_median"]),
             source="handbook", where=CHECKING, numbers=follows),
+    ]
+
+
+def _landmarks(points: dict) -> list[ClaimSpec]:
+    """The handbook's minima, peak slopes, tanh-GELU gap and saturation points, and the
+    gated-FFN notes' SiLU(-1) and SiLU'(-1), each within half a unit of its last decimal."""
+
+    def got(name: str, key: str) -> float | None:
+        return points.get(name, {}).get(key)
+
+    minima = {"gelu_min": -0.1700, "gelu_at": -0.7518, "silu_min": -0.2785,
+              "silu_at": -1.2785, "tol": 5e-5,
+              "m_gelu_min": got("gelu_minimum", "value"), "m_gelu_at": got("gelu_minimum", "at"),
+              "m_silu_min": got("silu_minimum", "value"), "m_silu_at": got("silu_minimum", "at")}
+    peaks = {"gelu_peak": 1.1289, "sqrt2": math.sqrt(2.0), "silu_peak": 1.0998,
+             "silu_peak_at": 2.3994, "tol": 5e-5,
+             "m_gelu_peak": got("gelu_peak_slope", "value"),
+             "m_gelu_at": got("gelu_peak_slope", "at"),
+             "m_silu_peak": got("silu_peak_slope", "value"),
+             "m_silu_at": got("silu_peak_slope", "at")}
+    gap = {"gap": 4.73e-4, "gap_tol": 5e-7, "gap_at": -2.699, "at_tol": 5e-4,
+           "m_gap": got("gelu_tanh_gap", "value"), "m_at": got("gelu_tanh_gap", "at")}
+    saturation = {"sigmoid": 4.59, "tanh": 2.99, "slope": 0.01, "tol": 5e-3,
+                  "m_sigmoid": got("sigmoid_saturation", "at"),
+                  "m_tanh": got("tanh_saturation", "at")}
+    silu = {"value": -0.2689, "slope": 0.0723, "tol": 5e-5,
+            "m_value": got("silu_at_minus_one", "value"),
+            "m_slope": got("silu_at_minus_one", "slope")}
+
+    def near(n: dict, measured: str, stated: str, tol: str = "tol") -> Check:
+        return within(n[measured], n[stated], n[tol])
+
+    return [
+        ClaimSpec(
+            id=claim_id(NAME, "gelu-silu", "minima-match-handbook"),
+            text="GELU dips to {gelu_min:.4f} at z = {gelu_at:.4f} and SiLU to {silu_min:.4f} at "
+                 "z = {silu_at:.4f} (each within {tol:g})",
+            measured="GELU {m_gelu_min:.6f} at {m_gelu_at:.6f}; SiLU {m_silu_min:.6f} at "
+                     "{m_silu_at:.6f}",
+            check=all_of(near(minima, "m_gelu_min", "gelu_min"),
+                         near(minima, "m_gelu_at", "gelu_at"),
+                         near(minima, "m_silu_min", "silu_min"),
+                         near(minima, "m_silu_at", "silu_at")),
+            source="handbook", where=EIGHT, numbers=minima,
+            quoted=("gelu_min", "gelu_at", "silu_min", "silu_at")),
+        ClaimSpec(
+            id=claim_id(NAME, "gelu-silu", "peak-slopes-match-handbook"),
+            text="the slopes exceed one: GELU's reaches {gelu_peak:.4f} at z = √2 and SiLU's "
+                 "{silu_peak:.4f} at z = {silu_peak_at:.4f} (each within {tol:g})",
+            measured="GELU {m_gelu_peak:.6f} at {m_gelu_at:.6f}; SiLU {m_silu_peak:.6f} at "
+                     "{m_silu_at:.6f}",
+            check=all_of(near(peaks, "m_gelu_peak", "gelu_peak"),
+                         near(peaks, "m_gelu_at", "sqrt2"),
+                         near(peaks, "m_silu_peak", "silu_peak"),
+                         near(peaks, "m_silu_at", "silu_peak_at")),
+            source="handbook", where=EIGHT, numbers=peaks,
+            quoted=("gelu_peak", "silu_peak", "silu_peak_at")),
+        ClaimSpec(
+            id=claim_id(NAME, "gelu-tanh", "approximation-error-matches-handbook"),
+            text="the tanh approximation differs from the exact GELU by at most {gap:.3g}, at "
+                 "z = {gap_at:g} (within {gap_tol:g} and {at_tol:g}; the gap is even in z)",
+            measured="largest gap {m_gap:.4e} at z = {m_at:.5f}",
+            check=all_of(near(gap, "m_gap", "gap", "gap_tol"), near(gap, "m_at", "gap_at", "at_tol")),
+            source="handbook", where=EIGHT, numbers=gap, quoted=("gap", "gap_at")),
+        ClaimSpec(
+            id=claim_id(NAME, "sigmoid-tanh", "saturation-points-match-handbook"),
+            text="the slope drops below {slope:g} beyond about {sigmoid:.2f} (sigmoid) and "
+                 "{tanh:.2f} (tanh) (each within {tol:g})",
+            measured="sigmoid {m_sigmoid:.5f}, tanh {m_tanh:.5f}",
+            check=all_of(near(saturation, "m_sigmoid", "sigmoid"),
+                         near(saturation, "m_tanh", "tanh")),
+            source="handbook", where="Saturation and zero-centred outputs", numbers=saturation,
+            quoted=("sigmoid", "tanh", "slope")),
+        ClaimSpec(
+            id=claim_id(NAME, "silu", "value-and-slope-at-minus-one"),
+            text="at x = -1, SiLU is about {value:.4f} and its derivative about {slope:.4f} (each "
+                 "within {tol:g})",
+            measured="SiLU(-1) = {m_value:.6f}, SiLU'(-1) = {m_slope:.6f}",
+            check=all_of(near(silu, "m_value", "value"), near(silu, "m_slope", "slope")),
+            source="gated-ffn-notes", where="Elementwise Functions", numbers=silu,
+            quoted=("value", "slope")),
     ]

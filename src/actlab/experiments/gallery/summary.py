@@ -36,16 +36,44 @@ RECURSION_SETTINGS = (
 )
 RECURSION_FIELDS = ("net_input_variance", "activation_second_moment", "error_variance",
                     "weight_gradient_norm")
+# Points of the graphs the documents state: (name, what, spec(s), search interval). "minimum"
+# and "peak_slope" search the function and its slope; "tanh_gap" the largest |tanh-GELU - GELU|
+# (an even function of z, so the negative half holds the point the handbook names);
+# "saturation" where the slope falls below 0.01 for z > 0; "at_minus_one" the value and slope
+# at z = -1.
+LANDMARKS = (
+    ("gelu_minimum", "minimum", "gelu", (-4.0, 0.0)),
+    ("silu_minimum", "minimum", "silu", (-6.0, 0.0)),
+    ("gelu_peak_slope", "peak_slope", "gelu", (0.0, 6.0)),
+    ("silu_peak_slope", "peak_slope", "silu", (0.0, 8.0)),
+    ("gelu_tanh_gap", "tanh_gap", "gelu", (-10.0, 0.0)),
+    ("sigmoid_saturation", "saturation", "sigmoid", (0.0, 20.0)),
+    ("tanh_saturation", "saturation", "tanh", (0.0, 20.0)),
+    ("silu_at_minus_one", "at_minus_one", "silu", (-1.0, -1.0)),
+)
+SATURATION_SLOPE = 0.01  # the handbook's "drops below 0.01"
 
 
 def build_summary(config: GalleryConfig, table: Any) -> dict:
-    """The four tables as nested dicts: averages, shifts, gains and the recursion check."""
+    """The tables as nested dicts: averages, shifts, gains, the recursion check and the
+    landmarks of the graphs."""
     return {
         "averages": read_averages(table),
         "shifts": read_shifts(table, config.q_shift),
         "gains": read_gains(table),
         "recursion": read_recursion(table),
+        "landmarks": read_landmarks(table),
     }
+
+
+def read_landmarks(table: Any) -> dict:
+    """``{landmark: {"at": z, "value": ...}}`` (``at_minus_one``: value and slope at -1)."""
+    out = {}
+    for name, *_ in LANDMARKS:
+        rows = table[table["run"] == f"landmarks/{name}"]
+        if len(rows):
+            out[name] = {m: float(v) for m, v in zip(rows["metric"], rows["value"])}
+    return out
 
 
 def _metric(table: Any, run: str, metric: str, layer: str = "") -> float:

@@ -1,5 +1,6 @@
 """The claims of the ``relufication`` experiment, read from its summary ("Bug or Feature²"
-§5.1, Table 3)."""
+§5.1, Table 3: the authors' own GELU-trained models converted to ReLU variants with one epoch
+of fine-tuning, as here)."""
 
 from __future__ import annotations
 

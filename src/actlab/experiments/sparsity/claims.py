@@ -5,7 +5,17 @@ from __future__ import annotations
 
 import numpy as np
 
-from actlab.runner.claims import ClaimSpec, all_of, claim_id, ge, gt, judge_all, lt
+from actlab.runner.claims import (
+    ClaimSpec,
+    all_of,
+    claim_id,
+    ge,
+    gt,
+    judge_all,
+    lt,
+    within,
+    within_factor,
+)
 from actlab.runner.experiment import Claim
 
 METHODS = ("percentile", "topk")  # sparsity methods of the sweep
@@ -15,6 +25,17 @@ PAPER = "bug-or-feature"
 PUBLISHED = {"A": 0.978, "B": 0.635, "N": 16.72, "r2": 0.565}
 PLATEAU_END = 0.7  # "performance remains nearly flat for moderate sparsity (s <~ 0.7)", §4.1
 HIGH_FROM = 0.9  # ours: where "beyond the plateau" is judged
+# Ours: our fit against the paper's, number by number. A (the normalised performance at zero
+# sparsity) within 0.05, the drop the plateau claim allows (its bar 0.95); B and N, the shape
+# of a loose fit (the paper's R² is 0.565, pooled over CIFAR, ImageNet and GPT; ours over the
+# digits), within a factor of 2, the bar other claims put on a magnitude measured in another
+# network.
+FIT_A_TOL, FIT_FACTOR = 0.05, 2.0
+# §4.1: "a plain MLP drops to chance accuracy (10%) at 95% sparsity, while the MLP with a skip
+# connection still reaches 27.1%"; the level of each method that gives 95% sparsity; ours: each
+# accuracy within 5 pp of the paper's.
+AT_95 = {"chance": 0.10, "skip": 0.271, "sparsity": 0.95, "tol": 0.05}
+LEVEL_95 = {"percentile": 0.95, "topk": 0.05}
 
 
 def claims(summary: dict) -> list[Claim]:
@@ -36,6 +57,19 @@ def claims(summary: dict) -> list[Claim]:
             source=PAPER, where="§4.1", numbers=n,
             quoted=("published_A", "published_B", "published_N", "published_r2",
                     "plateau_end")))
+        n = {**{f"published_{k}": v for k, v in PUBLISHED.items()}, "A": summary["A"],
+             "B": summary["B"], "N": summary["N"], "a_tol": FIT_A_TOL, "factor": FIT_FACTOR}
+        specs.append(ClaimSpec(
+            id=claim_id("sparsity", "all", "fit-matches-published"),
+            text="the fitted a(s) = A - B s^N matches the paper's number by number: A within "
+                 "{a_tol:g} of {published_A:.3f}, B and N within a factor {factor:g} of "
+                 "{published_B:.3f} and {published_N:.2f}",
+            measured="A={A:.3f} B={B:.3f} N={N:.2f}",
+            check=all_of(within(n["A"], n["published_A"], FIT_A_TOL),
+                         within_factor(n["B"], n["published_B"], FIT_FACTOR),
+                         within_factor(n["N"], n["published_N"], FIT_FACTOR)),
+            source=PAPER, where="§4.1", numbers=n,
+            quoted=("published_A", "published_B", "published_N")))
     low = [p["normalized_accuracy"] for p in points
            if p["sparsity"] <= PLATEAU_END and "normalized_accuracy" in p]
     high = [p["normalized_accuracy"] for p in points
@@ -67,6 +101,21 @@ def claims(summary: dict) -> list[Claim]:
                 measured="level {level:g}: MLP {mlp:.3f} vs MLP+skip {skip:.3f}",
                 check=gt(n["skip"], n["mlp"]), source=PAPER, where="§4.1, App. A.3",
                 numbers=n))
+        level = LEVEL_95[method]
+        if level in plain and level in skip:
+            n = {**AT_95, "level": level, "mlp": plain[level]["accuracy"],
+                 "skip_measured": skip[level]["accuracy"],
+                 "s_mlp": plain[level]["sparsity"], "s_skip": skip[level]["sparsity"]}
+            specs.append(ClaimSpec(
+                id=claim_id("sparsity", method, "plain-mlp-at-chance-at-95"),
+                text=f"at {{sparsity:.0%}} sparsity ({method}) the plain MLP drops to chance "
+                     "({chance:.0%}) while the MLP with a skip connection still reaches "
+                     "{skip:.1%} (each within {tol:.0%})",
+                measured="level {level:g}: MLP {mlp:.3f} (sparsity {s_mlp:.3f}), MLP+skip "
+                         "{skip_measured:.3f} (sparsity {s_skip:.3f})",
+                check=all_of(within(n["mlp"], n["chance"], n["tol"]),
+                             within(n["skip_measured"], n["skip"], n["tol"])),
+                source=PAPER, where="§4.1", numbers=n, quoted=("chance", "skip", "sparsity")))
     pc = [p for p in points if p["method"] == "percentile" and p["model"] in ("mlp", "mlp-skip", "vit")]
     if pc:
         n = {"err": max(abs(p["sparsity"] - p["level"]) for p in pc), "tol": 0.05}

@@ -1,9 +1,10 @@
 """The claims of the ``teacher-student`` experiment, read from its summary.
 
-Each is a statement of "Rethinking Activation Functions" (§2.2-2.4, App. B.2) checked at our
-scale, except the gradient-angle claim for activations other than ReLU, which extends the
-paper's Table 2 (ours); the thresholds that decide them (a majority of seeds, 10 degrees) are
-ours.
+Each is a statement of "Rethinking Activation Functions" (§2.2-2.4, App. B.1.3, App. B.2)
+checked at our scale, except the gradient-angle claims for activations other than ReLU, which
+extend the paper's Table 2, and the check of the later angles against eq. 61 at the learning
+rate we fitted to Table 2 (both ours); the thresholds that decide them (a majority of seeds,
+10 degrees, 60 degrees, 10 %) are ours.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from actlab.experiments.teacher_student.summary import PAPER_TABLE2
-from actlab.runner.claims import ClaimSpec, all_of, claim_id, gt, judge_all, lt, within
+from actlab.runner.claims import ClaimSpec, all_of, claim_id, gt, judge_all, le, lt, within
 
 if TYPE_CHECKING:
     from actlab.runner.experiment import Claim
@@ -19,8 +20,20 @@ if TYPE_CHECKING:
 # Ours: "the shifted student ends lower" also asks it to win in more than this share of seeds
 # (ablations uses the same rule).
 MAJORITY = 0.5
-# Ours: how close the measured gradient angle at the first update must be to eq. 61.
+# Ours: how close a measured gradient angle must be to the angle it is compared with, eq. 61's
+# or the full-model angle of the paper's Table 2. One bar for every angle comparison of this
+# experiment: the k = 1 claim has used it from the start, and the Table 2 comparison takes it
+# over unchanged (fixed before the kept --full run was judged against Table 2). Table 2 states
+# no learning rate, batch or length, so ours (Adam 1e-3, batch 256) may differ from the paper's.
 ANGLE_TOLERANCE_DEG = 10.0
+# Ours: "nearly orthogonal" (§2.3 on Fig. 3; App. B.2 after Table 2) read as an angle above 60
+# degrees, a cosine below 1/2, halfway between parallel (1) and orthogonal (0); the paper
+# calls its 76.25 and 77.45 degrees nearly orthogonal.
+NEARLY_ORTHOGONAL_DEG = 60.0
+# Ours: "remain close" (App. B.1.3, Fig. 11) read as the top Hessian and Gauss-Newton
+# eigenvalues of the shifted student within 10 % of each other at the last logged step.
+HESSIAN_GN_REL_TOL = 0.10
+TABLE2 = "App. B.2, Table 2"
 
 
 def claims(summary: dict) -> list[Claim]:
@@ -30,6 +43,8 @@ def claims(summary: dict) -> list[Claim]:
         if not isinstance(entry, dict) or "final_loss_shifted" not in entry:
             continue
         specs += _activation_specs(activation, entry)
+        if activation == "relu":
+            specs += _relu_specs(entry, summary)
     return judge_all(specs)
 
 
@@ -80,19 +95,21 @@ def _activation_specs(activation: str, entry: dict) -> list[ClaimSpec]:
 
 
 def _angle_spec(activation: str, measured: float, theory: float) -> ClaimSpec:
-    """Measured angle at k = 1 against eq. 61 at our (m, lr).
+    """Measured angle at k = 1 against eq. 61 at our width (at k = 1 it has no learning rate).
 
-    The paper compares the theory with the full model for ReLU only (Table 2, quoted here);
-    for the other activations the claim is our extension of it.
+    The paper compares the theory with the full model for ReLU only (Table 2: "The
+    theoretical and measured angles are close early in training"); for the other activations
+    the claim is our extension of it. The theory angle is our prediction at our width, not a
+    number of the paper's.
     """
     n = {"act": activation, "measured": measured, "theory": theory, "tol": ANGLE_TOLERANCE_DEG}
     text = ("initial gradient angle matches the one-layer theory ({act}): the angle between the "
-            "students' gradients at k=1 within {tol:.0f} deg of eq. 61 at our width and "
-            "learning rate")
+            "students' gradients at k=1 within {tol:.0f} deg of eq. 61 at our width (at k = 1 "
+            "it does not depend on the learning rate)")
     if activation == "relu":
         n["paper_theory"], n["paper_full"] = PAPER_TABLE2[1]
         text += (" (the paper's Table 2, ReLU at m = 200: {paper_theory:.2f} deg theory, "
-                 "{paper_full:.2f} deg full model)")
+                 "{paper_full:.2f} deg full model, close early in training)")
         source, where = "rethinking", "App. B.2, eq. 61, Table 2"
         quoted: tuple[str, ...] = ("paper_theory", "paper_full")
     else:
@@ -103,4 +120,69 @@ def _angle_spec(activation: str, measured: float, theory: float) -> ClaimSpec:
         text=text,
         measured="angle at k=1: {measured:.1f} deg measured vs {theory:.1f} deg theory",
         check=within(measured, theory, ANGLE_TOLERANCE_DEG),
-        source=source, where=where, numbers=n, quoted=quoted)
+        source=source, where=where, numbers=n, quoted=quoted, predicted=("theory",))
+
+
+def _relu_specs(entry: dict, summary: dict) -> list[ClaimSpec]:
+    """ReLU against Table 2 (the paper's model only), our fitted-eta check, Figs. 3 and 11."""
+    angles = entry["gradient_angles"]
+
+    def measured(k: int) -> float | None:
+        return angles.get(str(k), {}).get("measured")
+
+    # Table 2 is ReLU at m = 200; the summary carries it only when the run has that width.
+    off_width = ("" if "paper_table2_relu_m200" in summary else
+                 "Table 2 is ReLU at m = 200 (the paper's (50, 200, 20) model) and this run "
+                 "has another width: judged at --full")
+    specs = []
+    for k, (_, paper_full) in PAPER_TABLE2.items():
+        n = {"k": k, "measured": measured(k), "paper_full": paper_full,
+             "tol": ANGLE_TOLERANCE_DEG}
+        specs.append(ClaimSpec(
+            id=claim_id("teacher-student", "relu", f"table2-angle-k{k}"),
+            text="full-model gradient angle at k = {k} within {tol:.0f} deg of the paper's "
+                 "Table 2 ({paper_full:.2f} deg, ReLU, m = 200; the paper states no learning "
+                 "rate or batch for it)",
+            measured="{measured:.1f} deg (mean over seeds)",
+            check=within(n["measured"], paper_full, ANGLE_TOLERANCE_DEG),
+            source="rethinking", where=TABLE2, numbers=n, quoted=("paper_full",),
+            undecided_because=off_width))
+    later = (5, 20, 100)
+    n = {"eta": summary.get("angle_theory_eta"), "tol": ANGLE_TOLERANCE_DEG,
+         **{f"m{k}": measured(k) for k in later},
+         **{f"t{k}": angles.get(str(k), {}).get("theory") for k in later}}
+    unmeasured = [k for k in later if n[f"m{k}"] is None or n[f"t{k}"] is None]
+    specs.append(ClaimSpec(
+        id=claim_id("teacher-student", "relu", "later-angles-track-fitted-theory"),
+        text="ours, a consistency check: the measured angles at k = 5, 20, 100 within {tol:.0f} "
+             "deg of eq. 61 at eta = {eta:.2g} (the learning rate we fitted to Table 2's theory "
+             "column; the paper states none)",
+        measured="k = 5, 20, 100: {m5:.1f}, {m20:.1f}, {m100:.1f} deg measured vs {t5:.2f}, "
+                 "{t20:.2f}, {t100:.2f} deg theory",
+        check=all_of(*(within(n[f"m{k}"], n[f"t{k}"] or 0.0, ANGLE_TOLERANCE_DEG)
+                       for k in later)),
+        source="actlab", numbers=n,
+        predicted=() if unmeasured else tuple(f"t{k}" for k in later),
+        undecided_because=f"no angle at k = {unmeasured}" if unmeasured else ""))
+    n = {"measured": measured(1), "bar": NEARLY_ORTHOGONAL_DEG, "paper_full": PAPER_TABLE2[1][1]}
+    specs.append(ClaimSpec(
+        id=claim_id("teacher-student", "relu", "initial-gradients-nearly-orthogonal"),
+        text="the students' initial gradients are nearly orthogonal (relu): angle at k = 1 "
+             "above {bar:.0f} deg (ours: a cosine below 1/2; the paper calls its "
+             "{paper_full:.2f} deg nearly orthogonal)",
+        measured="{measured:.1f} deg",
+        check=gt(n["measured"], NEARLY_ORTHOGONAL_DEG),
+        source="rethinking", where="§2.3, Fig. 3; App. B.2, Table 2", numbers=n,
+        quoted=("paper_full",)))
+    hessian, gn = entry.get("sharpness_shifted"), entry.get("sharpness_gn_shifted")
+    n = {"hessian": hessian, "gn": gn, "rel_tol": HESSIAN_GN_REL_TOL,
+         "gap": abs(hessian - gn) / hessian if hessian and gn is not None else None}
+    specs.append(ClaimSpec(
+        id=claim_id("teacher-student", "relu", "shifted-hessian-matches-gauss-newton"),
+        text="at the shift b = mu the top eigenvalues of the Hessian and its Gauss-Newton "
+             "approximation stay close (relu, shifted student, last logged step; within "
+             "{rel_tol:.0%}; the paper's Fig. 11 shows its one-block model)",
+        measured="lambda_max H {hessian:.4g} vs GN {gn:.4g} (relative gap {gap:.2%})",
+        check=le(n["gap"], HESSIAN_GN_REL_TOL),
+        source="rethinking", where="App. B.1.3, Fig. 11", numbers=n))
+    return specs
