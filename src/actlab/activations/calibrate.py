@@ -146,6 +146,11 @@ def calibrate_shifts_(model: nn.Module, batches: Iterable[Any]) -> dict[str, flo
                 if recorder.target is None:
                     break
                 target, mean = recorder.target, recorder.mean()
+                if names[id(target)] in shifts:  # would measure it forever
+                    raise RuntimeError(
+                        f"calibrate_shifts_: {names[id(target)]!r} still reads as "
+                        f"uncalibrated after its shift was set"
+                    )
                 if not math.isfinite(mean):
                     raise RuntimeError(
                         f"calibrate_shifts_: the mean output of "
@@ -154,6 +159,8 @@ def calibrate_shifts_(model: nn.Module, batches: Iterable[Any]) -> dict[str, flo
                 target.offset.fill_(mean)
                 target._recorder = None
                 target.refresh_from_buffers()
+                if target.offset.is_meta:  # no value to read back: shapes only, done
+                    target._pending = False
                 shifts[names[id(target)]] = float(target.offset)
     finally:
         for m in modules.values():
