@@ -41,11 +41,11 @@ def draw(
     if law == "gaussian":
         w = torch.randn(*shape, dtype=DTYPE, generator=generator)
     elif law == "rademacher":
-        w = torch.randint(0, 2, tuple(shape), generator=generator).to(DTYPE) * 2.0 - 1.0
+        w = torch.randint(0, 2, tuple(shape), generator=generator).to(dtype=DTYPE) * 2.0 - 1.0
     elif law == "skewed":
         low, high = SKEWED_VALUES
         u = torch.rand(*shape, dtype=DTYPE, generator=generator)
-        w = torch.where(u < SKEWED_PROBS[0], low, high).to(DTYPE)
+        w = torch.where(u < SKEWED_PROBS[0], low, high).to(dtype=DTYPE)
         scale /= math.sqrt(SKEWED_PROBS[0] * low**2 + SKEWED_PROBS[1] * high**2)
     else:
         raise ValueError(f"unknown law {law!r}; use one of {', '.join(LAWS)}")
@@ -165,10 +165,10 @@ def plain_study(
     """Theorems 2.1–2.3 on a plain ReLU stack after layer ``l``: gated layers ``hidden``, a
     ``classes``-way head, all weights from ``law`` with variance ``gain / fan_in``."""
     device = unit_device()
-    p, y = to_unit_device(p.to(DTYPE), y.to(DTYPE))
+    p, y = to_unit_device(p.to(dtype=DTYPE), y.to(dtype=DTYPE))
     n = p.numel()
     widths = (n, *hidden)
-    gate = (p > 0).to(DTYPE)
+    gate = (p > 0).to(dtype=DTYPE)
     eye = torch.eye(n, dtype=DTYPE, device=device)
     stats = {name: Moments() for name in ("v", "gram", "mse", "ce")}
     draws: dict[str, list[Tensor]] = {
@@ -185,7 +185,7 @@ def plain_study(
         route = eye.expand(m, n, n)
         for w in weights:
             net = w @ z
-            open_ = (net > 0).to(DTYPE)
+            open_ = (net > 0).to(dtype=DTYPE)
             z = net.clamp_min(0)
             route = open_ * (w @ route)  # D_k W_k ··· D_1 W_1, gates fixed
         f = (head @ z).squeeze(-1)
@@ -257,7 +257,7 @@ def skip_study(
     """App. A.3: the stream ``z = bypass + relu(p)`` passes one residual block
     ``z + relu(W z)`` and the head; Gaussian weights of variance ``gain / n``."""
     device = unit_device()
-    p, bypass, y = to_unit_device(p.to(DTYPE), bypass.to(DTYPE), y.to(DTYPE))
+    p, bypass, y = to_unit_device(p.to(dtype=DTYPE), bypass.to(dtype=DTYPE), y.to(dtype=DTYPE))
     n = p.numel()
     eye = torch.eye(n, dtype=DTYPE, device=device)
     off = 1.0 - eye
@@ -273,7 +273,7 @@ def skip_study(
         f = (head @ out).squeeze(-1)
         (grad,) = torch.autograd.grad(0.5 * (f - y).pow(2).sum(), pre)
         with torch.no_grad():
-            v = head @ (eye + (net > 0).to(DTYPE) * w)  # W_L (I + D W)
+            v = head @ (eye + (net > 0).to(dtype=DTYPE) * w)  # W_L (I + D W)
             g = v.transpose(1, 2) @ v
             gram.add(g)
             mse.add(grad)
@@ -298,13 +298,13 @@ def gram_study(
 ) -> tuple[np.ndarray, np.ndarray]:
     """``E⟨v_i, v_j⟩`` (mean and standard error, ``n × n``) for one gated layer of ``hidden``
     units with weights from ``law`` after the fixed activations ``h``, and a Gaussian head."""
-    h = to_unit_device(h.to(DTYPE))
+    h = to_unit_device(h.to(dtype=DTYPE))
     n = h.numel()
     gram = Moments()
     for m in chunks(samples, chunk):
         w = draw((m, hidden, n), n, gain, law, generator)
         head = draw((m, classes, hidden), hidden, gain, "gaussian", generator)
-        open_ = ((w @ h) > 0).to(DTYPE).unsqueeze(-1)
+        open_ = ((w @ h) > 0).to(dtype=DTYPE).unsqueeze(-1)
         v = head @ (open_ * w)
         gram.add(v.transpose(1, 2) @ v)
     return gram.result()
@@ -390,7 +390,7 @@ def covariance_study(
                 per["cov_term"].append(cov)
                 per["mean_term"].append(product - cov)
         for k, values in per.items():
-            rows[k].append(torch.stack(values).cpu().tolist())
+            rows[k].append(torch.stack(values).tolist())
     return CovarianceResult(
         *(np.asarray(rows[k], dtype=float) for k in ("weight_grad", "mean_term", "cov_term"))
     )
