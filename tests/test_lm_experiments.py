@@ -80,8 +80,12 @@ def test_spikes_toy_run_and_claims(tmp_path, text_folder, monkeypatch) -> None:
                                ("relu2:clip=50", 50.0, 3.245, 0.001))}}
     assert all(c.held for c in SpikesExperiment().claims(summary))
     summary["activations"]["relu2"]["largest_range"] = 40.0  # no spike at all
-    held = [c.held for c in SpikesExperiment().claims(summary)]
-    assert held == [False, None, None, True, True, None]  # clips never engaged: undecided
+    held = {c.id.split("/", 1)[1]: c.held for c in SpikesExperiment().claims(summary)}
+    assert held == {"relu2/amplifies-spikes": False, "relu2-clip50/removes-spikes": None,
+                    "relu2-clip50/loss-not-degraded": None, "relu2-clip15/loss-degraded": True,
+                    "squared/lower-loss": True, "relu2-clip50/varies-less": None,
+                    "gelu2/best-loss": True, "gelu2/lower-spikes-than-relu2": False,
+                    "relu2-clip50/improves-over-relu2": None}  # clips never engaged: undecided
 
 
 def test_gated_ffn_toy_run(tmp_path, text_folder, monkeypatch) -> None:

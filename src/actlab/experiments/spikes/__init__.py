@@ -5,8 +5,10 @@ A GPT trains with each MLP activation (relu, gelu, relu2, gelu2, relu2:clip=15,
 relu2:clip=50) for several seeds. After training, on fixed validation windows, the probe
 measures per layer the range ``max - min`` of the activation output, which in a plain FFN is
 exactly the down-projection's input (the paper's spike measure, §6), and its sparsity (share of
-``|a| < 1e-7``) and share of negative pre-activations. The validation loss is recorded over
-training.
+``|a| < 1e-7``) and share of negative pre-activations; as App. B.3.1 (Tables 7 and 8), also
+the extremes of the attention and up-projection inputs and the standard deviation and extremes
+of every block's weight matrices (:mod:`actlab.experiments.spikes.measures`). The validation
+loss is recorded over training.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from dataclasses import dataclass
 
 from actlab.experiments.spikes.claims import claims
 from actlab.experiments.spikes.figures import draw
+from actlab.experiments.spikes.measures import input_extremes, weight_extremes
 from actlab.experiments.spikes.summary import build_summary
 from actlab.recipes.language_model import (
     LMScale,
@@ -80,13 +83,16 @@ class SpikesExperiment(Experiment):
                 outcome = train_and_record(config, model, corpus, seed, ctx, result, spec)
                 if outcome.status != "ok":
                     continue
-                table = probe_forward(model, probe_windows(config, corpus, seed,
-                                                           config.probe_batches, ctx),
+                windows = probe_windows(config, corpus, seed, config.probe_batches, ctx)
+                table = probe_forward(model, windows,
                                       metrics=("act_range", "act_max", "act_min", "sparsity",
                                                "preact_neg_frac"))
                 for row in table.itertuples():
                     layer = row.layer.split(".")[1]  # "blocks.<i>.mlp.act" -> "<i>"
                     result.add(spec, seed, outcome.step, layer, row.metric, row.value)
+                for layer, metric, value in (*input_extremes(model, windows),
+                                             *weight_extremes(model)):
+                    result.add(spec, seed, outcome.step, layer, metric, value)
         return result
 
     def summarize(self, config: SpikesConfig, table, results: list[dict], ctx: RunContext) -> dict:

@@ -11,7 +11,18 @@ from __future__ import annotations
 
 import numpy as np
 
-from actlab.runner.claims import ClaimSpec, claim_id, ge, gt, judge_all, le, lt
+from actlab.experiments.spikes.measures import WEIGHT_KINDS
+from actlab.runner.claims import (
+    ClaimSpec,
+    all_of,
+    claim_id,
+    ge,
+    gt,
+    judge_all,
+    le,
+    lt,
+    within_factor,
+)
 from actlab.runner.experiment import Claim
 
 NAME = "spikes"
@@ -99,4 +110,99 @@ def claims(summary: dict) -> list[Claim]:
             check=lt(n["sd_clip50"], n["sd_relu2"]), source="bug-or-feature",
             where="§6; App. B.3.1, Table 6", numbers=n, quoted=("clip50",),
             undecided_because=never[50]))
+    specs += _seed_and_short_version_claims(acts, n, largest, loss)
+    specs += _spike_layer_claims(summary.get("spike_layers", {}))
     return judge_all(specs)
+
+
+def _seed_and_short_version_claims(acts: dict, n: dict, largest, loss) -> list[ClaimSpec]:
+    """App. B.3.1 on the smallest ReLU² seed, and the short version's Table 7 statements."""
+    specs = []
+    per_seed = list(acts.get("relu2", {}).get("largest_range_per_seed", {}).values())
+    m = {**n, "seed_factor_low": 4.0, "seed_factor_high": 6.0,  # App. B.3.1: "4–6×"
+         "smallest_relu2": min(per_seed) if per_seed else float("nan"),
+         "gelu2_paper": 3.233, "clip50_paper": 3.236, "relu2_paper": 3.251,  # short, Table 7
+         "loss_gelu2": loss("gelu2"), "range_gelu2": largest("gelu2"),
+         "best_other": min((loss(a) for a in acts if a != "gelu2"), default=float("nan"))}
+    m["seed_factor"] = m["smallest_relu2"] / n["base"] if n["base"] else float("nan")
+    if len(per_seed) > 1 and np.isfinite(n["base"]):
+        specs.append(ClaimSpec(
+            id=claim_id(NAME, "relu2", "smallest-seed-still-amplifies"),
+            text="even relu2's seed with the smallest spike stays >= {seed_factor_low:g}x above "
+                 "relu and gelu (the paper: {seed_factor_low:g}-{seed_factor_high:g}x at layer 2)",
+            measured="smallest relu2 seed {smallest_relu2:.1f} vs {base:.1f} ({seed_factor:.2f}x)",
+            check=ge(m["seed_factor"], m["seed_factor_low"]), source="bug-or-feature",
+            where="App. B.3.1, Table 6", numbers=m,
+            quoted=("seed_factor_low", "seed_factor_high")))
+    if "gelu2" in acts and len(acts) > 1 and np.isfinite(m["loss_gelu2"]):
+        specs.append(ClaimSpec(
+            id=claim_id(NAME, "gelu2", "best-loss"),
+            text="gelu2 reaches the lowest loss of all activations (the paper: {gelu2_paper:g})",
+            measured="gelu2 {loss_gelu2:.4f} vs best other {best_other:.4f}",
+            check=le(m["loss_gelu2"], m["best_other"]), source="bug-or-feature-short",
+            where="§6, Table 7", numbers=m, quoted=("gelu2_paper",)))
+    if np.isfinite(m["range_gelu2"]) and np.isfinite(n["relu2"]):
+        specs.append(ClaimSpec(
+            id=claim_id(NAME, "gelu2", "lower-spikes-than-relu2"),
+            text="gelu2 produces lower spikes than relu2",
+            measured="gelu2 {range_gelu2:.1f} vs relu2 {relu2:.1f}",
+            check=lt(m["range_gelu2"], n["relu2"]), source="bug-or-feature-short",
+            where="§6, Table 7", numbers=m))
+    if np.isfinite(n["loss_clip50"]) and np.isfinite(n["loss_relu2"]):
+        engaged = n["relu2"] > n["clip50"]
+        specs.append(ClaimSpec(
+            id=claim_id(NAME, "relu2-clip50", "improves-over-relu2"),
+            text="relu2:clip={clip50:g} improves over unclipped relu2 (the paper: "
+                 "{clip50_paper:g} vs {relu2_paper:g})",
+            measured="clip50 {loss_clip50:.4f} vs relu2 {loss_relu2:.4f}",
+            check=lt(n["loss_clip50"], n["loss_relu2"]), source="bug-or-feature-short",
+            where="§6, Table 7", numbers=m, quoted=("clip50", "clip50_paper", "relu2_paper"),
+            undecided_because="" if engaged else "ReLU² never exceeded 50: the clip never engaged"))
+    return specs
+
+
+def _spike_layer_claims(spike: dict) -> list[ClaimSpec]:
+    """App. B.3.1, Tables 7 and 8: spike layers against the rest, averaged over every run."""
+    if spike.get("runs", 0) < 1:
+        return []
+    n = {**spike, "down_low": 39.0, "down_high": 42.0, "up_paper": 7.0,  # Table 8 text
+         "w_spike_paper": 2.299, "w_all_paper": 2.858,  # App. B.3.1, Table 8
+         "symmetry_factor": 2.0}  # ours: "symmetric" read as |min| within 2x of max
+    n["up_neg"] = -n["up_in_min"]
+    stds_lower = [lt(n[f"w_std_{k}_spike"], n[f"w_std_{k}_others"]) for k in WEIGHT_KINDS]
+    n["std_text"] = ", ".join(f"{k} {n[f'w_std_{k}_spike']:.4f} vs {n[f'w_std_{k}_others']:.4f}"
+                              for k in WEIGHT_KINDS)
+    where = "App. B.3.1, Table 8"
+    return [
+        ClaimSpec(
+            id=claim_id(NAME, "spike-layers", "down-input-exceeds-up-input"),
+            text="in spike layers the down-projection input reaches beyond the up-projection "
+                 "input (the paper: max about {down_low:g}-{down_high:g} against about "
+                 "+-{up_paper:g})",
+            measured="down max {down_in_max:.2f} vs up max {up_in_max:.2f} (mean of {runs} runs)",
+            check=gt(n["down_in_max"], n["up_in_max"]), source="bug-or-feature", where=where,
+            numbers=n, quoted=("down_low", "down_high", "up_paper")),
+        ClaimSpec(
+            id=claim_id(NAME, "spike-layers", "up-input-symmetric"),
+            text="up-projection inputs in spike layers are symmetric (|min| within "
+                 "{symmetry_factor:g}x of max; the paper: about +-{up_paper:g})",
+            measured="max {up_in_max:.2f}, min {up_in_min:.2f} (mean of {runs} runs)",
+            check=within_factor(n["up_neg"], n["up_in_max"], n["symmetry_factor"]),
+            source="bug-or-feature", where=where, numbers=n, quoted=("up_paper",)),
+        ClaimSpec(
+            id=claim_id(NAME, "spike-layers", "down-weights-not-larger"),
+            text="down-projection weights in the spike layer are not larger than in the other "
+                 "layers (the paper: max |W| {w_spike_paper:g} against {w_all_paper:g} overall)",
+            measured="max |W_down| {w_absmax_down_spike:.3f} at the spike layer vs "
+                     "{w_absmax_down_others:.3f} elsewhere (mean of {runs} runs)",
+            check=le(n["w_absmax_down_spike"], n["w_absmax_down_others"]),
+            source="bug-or-feature", where=where, numbers=n,
+            quoted=("w_spike_paper", "w_all_paper")),
+        ClaimSpec(
+            id=claim_id(NAME, "spike-layers", "lower-weight-std"),
+            text="every layer type has a lower weight standard deviation in the spike layer "
+                 "than in the other layers",
+            measured="spike vs others: {std_text} (mean of {runs} runs)",
+            check=all_of(*stds_lower), source="bug-or-feature", where="App. B.3.1, Table 7",
+            numbers=n),
+    ]

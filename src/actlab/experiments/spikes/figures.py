@@ -30,3 +30,27 @@ def draw(summary: dict, ctx: RunContext) -> None:
     right.set(ylabel="final validation loss (mean ± sd)")
     fig.tight_layout()
     ctx.save_figure(fig, "spikes")
+    _draw_inputs(summary, ctx)
+
+
+def _draw_inputs(summary: dict, ctx: RunContext) -> None:
+    """Save ``spikes_inputs``: per layer, the up-projection input's max and min (symmetric,
+    moderate) against the down-projection input's max (one-sided), as App. B.3.1's Table 8."""
+    plt = pyplot()
+    acts = {k: v for k, v in summary["activations"].items() if v.get("inputs", {}).get("up_in_max")}
+    if not acts:
+        return
+    fig, axes = plt.subplots(1, len(acts), figsize=(2.6 * len(acts), 3.4), sharey=True,
+                             squeeze=False)
+    for ax, (spec, s) in zip(axes[0], acts.items()):
+        inputs = s["inputs"]
+        layers = sorted(inputs["up_in_max"], key=int)
+        x = [int(k) for k in layers]
+        ax.plot(x, [inputs["down_in_max"][k] for k in layers], "o-", label="down-proj. in, max")
+        ax.plot(x, [inputs["up_in_max"][k] for k in layers], "s--", label="up-proj. in, max")
+        ax.plot(x, [-inputs["up_in_min"][k] for k in layers], "v:", label="up-proj. in, -min")
+        ax.set(title=spec, xlabel="layer", yscale="log")
+    axes[0][0].set(ylabel="value (mean over seeds)")
+    axes[0][0].legend(fontsize=6)
+    fig.tight_layout()
+    ctx.save_figure(fig, "spikes_inputs")
