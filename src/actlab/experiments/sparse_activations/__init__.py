@@ -4,9 +4,13 @@
 ReLU², GELU², clipped ReLU² (15, 50), NoisyReLU and SUGAR (B-SiLU surrogate gradient)
 train on digits in CPU-scale models with different norms: the paper's MLP without norm,
 with RMSNorm and with LayerNorm (the norm before each activation), the MLP with skips, a
-small ResNet with BatchNorm and a small ViT with LayerNorm. Each cell reports test
-accuracy, the share of negative activation inputs and the sparsity (``|a| < 1e-7``),
-mean ± sd over seeds.
+small ResNet with BatchNorm and a small ViT with LayerNorm; and, as Table 1's GPT-nano
+column, a byte-level GPT (setup ``gpt:layernorm`` or ``gpt:rmsnorm``, the norm of its blocks)
+trained on the standard library's source with the language-model recipe (the ``gpt_*`` fields;
+Muon + AdamW by default, as "Bug or Feature²" App. D.6). Each cell reports test accuracy (for
+the GPT: the validation loss, as Table 1 reports test loss), the share of negative activation
+inputs and the sparsity (``|a| < 1e-7``), mean ± sd over seeds; the GPT's two shares are
+measured on fixed validation windows after training, averaged over its layers.
 """
 
 from __future__ import annotations
@@ -19,7 +23,8 @@ import pandas as pd
 from actlab.errors import ConfigError, config_check
 from actlab.experiments.sparse_activations.claims import claims as summary_claims
 from actlab.experiments.sparse_activations.figures import draw_figures
-from actlab.experiments.sparse_activations.summary import METRICS, build_summary
+from actlab.experiments.sparse_activations.gpt_column import run_gpt_cell
+from actlab.experiments.sparse_activations.summary import CLASSIFIER_METRICS, build_summary
 from actlab.nn.classifiers import MODEL_KINDS
 from actlab.recipes.image_classifier import (
     adam_settings,
@@ -28,6 +33,7 @@ from actlab.recipes.image_classifier import (
     load_config_data,
     record_diverged,
 )
+from actlab.recipes.language_model import LMScale
 from actlab.runner.experiment import (
     STATUS_OK,
     Claim,
@@ -43,7 +49,9 @@ from actlab.train.supervised import torch_threads
 ACTIVATIONS = ["relu", "gelu", "silu", "relu2", "gelu2", "relu2:clip=15", "relu2:clip=50",
                "noisy_relu", "sugar"]
 SETUPS = ["mlp:none", "mlp:rmsnorm", "mlp:layernorm", "mlp-skip:none", "resnet:batchnorm",
-          "vit:layernorm"]
+          "vit:layernorm", "gpt:layernorm"]
+GPT = "gpt"
+GPT_NORMS = ("layernorm", "rmsnorm")
 
 
 def parse_setup(setup: str) -> tuple[str, str]:
@@ -51,6 +59,11 @@ def parse_setup(setup: str) -> tuple[str, str]:
     from actlab.nn.norms import parse_norm
 
     model, _, norm = setup.partition(":")
+    if model == GPT:
+        if norm not in GPT_NORMS:
+            raise ConfigError("setups", f"the GPT's norm in {setup!r} must be one of "
+                                        f"{', '.join(GPT_NORMS)}")
+        return model, norm
     if model not in MODEL_KINDS:
         raise ConfigError("setups", f"model {model!r} in {setup!r} must be one of {', '.join(MODEL_KINDS)}")
     config_check("setups", parse_norm, norm or "none")
@@ -77,12 +90,32 @@ class SparseActivationsConfig(CheckedConfig):
     cifar_limit: int = checked(0, ge=0)  # first N CIFAR training images (0: all)
     vit_lr: float = checked(3e-3, gt=0)
     threads: int = checked(1, ge=1)
+    # the GPT column (setups "gpt:<norm>"): the language-model recipe at this size
+    gpt_steps: int = checked(600, ge=1)
+    gpt_n_layer: int = checked(4, ge=1)
+    gpt_n_embd: int = checked(128, ge=1)
+    gpt_block_size: int = checked(128, ge=2)
+    gpt_batch_size: int = checked(32, ge=1)
+    gpt_optimizer: str = "muon"
+    gpt_data: str = "stdlib"
+    gpt_probe_batches: int = checked(4, ge=1)
 
     def check(self) -> None:
-        """The CIFAR folder and every setup's model and norm."""
+        """The CIFAR folder, every setup's model and norm, and the GPT column's scale."""
         check_cifar_dir(self.cifar_dir)
         for setup in self.setups:
-            parse_setup(setup)
+            model, norm = parse_setup(setup)
+            if model == GPT:
+                self.lm_scale(norm)
+
+    def lm_scale(self, norm: str) -> LMScale:
+        """The language-model scale of the GPT column with the blocks' ``norm``."""
+        return config_check("gpt_*", LMScale, data=self.gpt_data, n_layer=self.gpt_n_layer,
+                            n_head=max(1, self.gpt_n_embd // 32), n_embd=self.gpt_n_embd,
+                            block_size=self.gpt_block_size, batch_size=self.gpt_batch_size,
+                            steps=self.gpt_steps, optimizer=self.gpt_optimizer, norm=norm,
+                            eval_batches=self.gpt_probe_batches, threads=self.threads,
+                            compile_model="off")
 
 
 @register
@@ -95,7 +128,10 @@ class SparseActivations(Experiment):
                    "relu2, noisy_relu, sugar across models and norms (\"Bug or Feature²\" §5, "
                    "Table 1)")
     Config = SparseActivationsConfig
-    quick = {"steps": 100, "setups": ["mlp:none", "mlp:layernorm", "resnet:batchnorm", "vit:layernorm"]}
+    quick = {"steps": 100, "setups": ["mlp:none", "mlp:layernorm", "resnet:batchnorm", "vit:layernorm",
+                                      "gpt:layernorm"],
+             "gpt_steps": 60, "gpt_n_layer": 1, "gpt_n_embd": 32, "gpt_block_size": 32,
+             "gpt_batch_size": 8, "gpt_probe_batches": 2}
     full = {"steps": 1500}
     default_seeds = 2
     seeds_per_unit = None  # all seeds of a cell in one unit
@@ -110,8 +146,10 @@ class SparseActivations(Experiment):
         from actlab.nn.classifiers import build_classifier
 
         result = UnitResult()
-        model_kind, _ = parse_setup(unit["setup"])
+        model_kind, norm = parse_setup(unit["setup"])
         run = f"{unit['setup']}/{unit['activation']}"
+        if model_kind == GPT:
+            return run_gpt_cell(config.lm_scale(norm), unit["activation"], run, seeds, ctx)
         data = load_config_data(config)
         settings = adam_settings(config, model_kind)
         with torch_threads(config.threads):
@@ -122,7 +160,7 @@ class SparseActivations(Experiment):
                 if out.status != STATUS_OK:
                     record_diverged(result, out.status, run, seed, out.steps)
                     continue
-                for metric in METRICS:
+                for metric in CLASSIFIER_METRICS:
                     result.add(run, seed, out.steps, "", metric, getattr(out, metric))
         return result
 

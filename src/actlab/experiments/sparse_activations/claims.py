@@ -5,7 +5,17 @@ from __future__ import annotations
 
 import numpy as np
 
-from actlab.runner.claims import ClaimSpec, all_of, claim_id, ge, gt, judge_all, lt, within
+from actlab.runner.claims import (
+    ClaimSpec,
+    all_of,
+    among,
+    claim_id,
+    ge,
+    gt,
+    judge_all,
+    lt,
+    within,
+)
 from actlab.runner.experiment import Claim
 
 NAME = "sparse-activations"
@@ -100,4 +110,38 @@ def claims(summary: dict) -> list[Claim]:
             check=all_of(ge(n["others"], n["floor"]), lt(bn, n["others"])),
             source=PAPER, where="§3, Table 1", numbers=n,
             quoted=("typical_low", "typical_high")))
+    specs += _gpt_claims(cells)
     return judge_all(specs)
+
+
+# ours: the six activations of Table 1 read from §5 (GELU and ReLU baselines, NoisyReLU, SUGAR,
+# ReLU², and SiLU, the remaining smooth one of our set); the paper's table lists them, its text not
+TABLE1_SIX = ("relu", "gelu", "silu", "relu2", "noisy_relu", "sugar")
+
+
+def _gpt_claims(cells: dict) -> list[ClaimSpec]:
+    """§5.1 on the GPT column: ReLU² excels there, GELU has the second-best loss."""
+    specs = []
+    for setup, row in cells.items():
+        if not setup.startswith("gpt:"):
+            continue
+        losses = {a: c["test_loss_mean"] for a, c in row.items()
+                  if a in TABLE1_SIX and c.get("test_loss_mean") is not None}
+        if "relu2" not in losses or "gelu" not in losses or len(losses) < 3:
+            continue
+        ranked = sorted(losses, key=losses.get)
+        n = {"relu2": losses["relu2"], "best_other": min(v for a, v in losses.items()
+                                                         if a != "relu2"),
+             "gelu": losses["gelu"], "gelu_rank": ranked.index("gelu") + 1,
+             "ranking": ", ".join(f"{a} {losses[a]:.4f}" for a in ranked), "count": len(losses)}
+        specs.append(ClaimSpec(
+            id=claim_id(NAME, "relu2", setup, "best-loss"),
+            text="ReLU² excels on the GPT: the lowest loss of Table 1's activations",
+            measured="relu2 {relu2:.4f} vs best other {best_other:.4f}",
+            check=lt(n["relu2"], n["best_other"]), source=PAPER, where=WHERE, numbers=n))
+        specs.append(ClaimSpec(
+            id=claim_id(NAME, "gelu", setup, "second-best-loss"),
+            text="GELU has the second-best loss on the GPT among Table 1's activations",
+            measured="GELU ranks {gelu_rank} of {count}: {ranking}",
+            check=among(str(n["gelu_rank"]), ["2"]), source=PAPER, where=WHERE, numbers=n))
+    return specs

@@ -12,7 +12,8 @@ from actlab.recipes.image_classifier import data_label
 if TYPE_CHECKING:
     from actlab.experiments.sparse_activations import SparseActivationsConfig
 
-METRICS = ("accuracy", "neg_frac", "sparsity")
+CLASSIFIER_METRICS = ("accuracy", "neg_frac", "sparsity")
+METRICS = ("accuracy", "test_loss", "neg_frac", "sparsity")  # the GPT cells: test_loss
 
 
 def build_summary(config: SparseActivationsConfig, table: pd.DataFrame,
@@ -39,7 +40,7 @@ def build_summary(config: SparseActivationsConfig, table: pd.DataFrame,
 
 
 def format_table(cells: dict[str, Any], activations: list[str]) -> list[str]:
-    """Rows ``setup | act: acc / neg / sparsity`` as text (means ± sd)."""
+    """Rows ``setup | act: acc (the GPT: loss) / neg / sparsity`` as text (means ± sd)."""
     lines = []
     for setup, row in cells.items():
         parts = []
@@ -52,6 +53,7 @@ def format_table(cells: dict[str, Any], activations: list[str]) -> list[str]:
                     return "n/a"
                 return f"{m:.3f}" + (f"±{s:.3f}" if s is not None else "")
 
-            parts.append(f"{act}: {fmt('accuracy')} / {fmt('neg_frac')} / {fmt('sparsity')}")
+            quality = "test_loss" if c["accuracy_mean"] is None else "accuracy"
+            parts.append(f"{act}: {fmt(quality)} / {fmt('neg_frac')} / {fmt('sparsity')}")
         lines.append(f"{setup} | " + " | ".join(parts))
     return lines
