@@ -19,12 +19,8 @@ venv: $(STAMP)
 demo: $(STAMP)
 	$(VENV)/bin/actlab reproduce --quick --out runs
 
-# Two pytest processes: in one process, tests/test_models_cpu.py's ResNet test aborts with
-# glibc heap corruption ("corrupted size vs. prev_size") after tests/test_[d-l]*.py have run,
-# though every file passes on its own; until the cause is found the suite is split there.
 test: $(STAMP)
-	$(PY) -m pytest -q $(sort $(wildcard tests/test_[a-l]*.py))
-	$(PY) -m pytest -q $(filter-out $(wildcard tests/test_[a-l]*.py),$(wildcard tests/test_*.py))
+	$(PY) -m pytest -q
 
 # On a GPU machine: the CUDA tests with the machine's own python3 (no venv, no install).
 gpu-check:

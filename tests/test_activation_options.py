@@ -88,16 +88,21 @@ def test_adaptive_momentum_ema_and_freeze_after() -> None:
     assert torch.allclose(module(batches[0]), batches[0] - 3.5)
 
 
-def test_adaptive_freeze_without_momentum_uses_average_of_first_steps() -> None:
-    module = actlab.activation("identity:adaptive:freeze_after=2")
-    a = torch.tensor([[1.0, 3.0]])  # mean 2
-    b = torch.tensor([[4.0, 6.0]])  # mean 5
-    assert torch.allclose(module(a), a - 2.0)  # per-example mean while counting
-    assert torch.allclose(module(b), b - 5.0)
+def test_adaptive_freeze_without_momentum_uses_default_momentum() -> None:
+    # the default momentum of actlab.activations.running: min(1, 5 / freeze_after) = 0.5
+    module = actlab.activation("identity:adaptive:freeze_after=10")
+    means = [2.0, 5.0] + [1.0] * 8
+    for mean in means:
+        x = torch.tensor([[mean - 1.0, mean + 1.0]])
+        assert torch.allclose(module(x), x - mean)  # per-example mean while counting
+    expected = means[0]
+    for mean in means[1:]:
+        expected = 0.5 * expected + 0.5 * mean
     c = torch.tensor([[10.0, 20.0]])
-    assert torch.allclose(module(c), c - 3.5)  # frozen at the average 3.5
+    assert float(module.center.running_mean) == pytest.approx(expected)
+    assert torch.allclose(module(c), c - expected)  # frozen at the EMA
     module.eval()
-    assert torch.allclose(module(c), c - 3.5)
+    assert torch.allclose(module(c), c - expected)
 
 
 def test_eval_mode_does_not_update_state() -> None:

@@ -7,7 +7,7 @@ import torch
 from torch import nn
 
 from actlab.nn.mlp import MLP
-from actlab.nn.norms import PercentileBatchNorm, PercentileLayerNorm
+from actlab.nn.norms import ChannelsLast, PercentileBatchNorm, PercentileLayerNorm
 from actlab.nn.resnet import ResNet
 from actlab.nn.vit import ViT
 
@@ -91,6 +91,32 @@ def test_resnet_shapes_and_training(norm):
         assert any(isinstance(m, PercentileBatchNorm) for m in model.modules())
     if norm == "batchnorm":
         assert sum(isinstance(m, nn.BatchNorm2d) for m in model.modules()) == 6
+
+
+@pytest.mark.parametrize("norm", ["layernorm", "rmsnorm", "percentile-layernorm:q=0.6"])
+def test_resnet_float32_gradients_match_float64_with_channel_norms(norm):
+    """Last-dim norms applied over channels hand contiguous maps on, so the stride-2 1x1
+    shortcut from 4 channels gets the right weight gradient: oneDNN's channels-last AVX2
+    kernel for it gets it wrong (and corrupts the heap on one thread). float64 convolutions
+    do not go through oneDNN, so they are the reference."""
+    torch.manual_seed(0)
+    model = ResNet(in_channels=1, num_classes=10, widths=(4, 8), blocks=1, activation="relu",
+                   norm=norm)
+    reference = ResNet(in_channels=1, num_classes=10, widths=(4, 8), blocks=1,
+                       activation="relu", norm=norm).double()
+    reference.load_state_dict(model.state_dict())
+    x, y = torch.randn(6, 1, 8, 8), torch.randint(0, 10, (6,))
+    maps = []
+    hooks = [m.register_forward_hook(lambda m, i, o: maps.append(o))
+             for m in model.modules() if isinstance(m, ChannelsLast)]
+    nn.functional.cross_entropy(model(x), y).backward()
+    for h in hooks:
+        h.remove()
+    assert maps and all(t.is_contiguous() for t in maps)
+    nn.functional.cross_entropy(reference(x.double()), y).backward()
+    for (name, p), q in zip(model.named_parameters(), reference.parameters()):
+        torch.testing.assert_close(p.grad, q.grad.float(), rtol=1e-4, atol=1e-6,
+                                   msg=lambda m, name=name: f"{name}: {m}")
 
 
 def test_vit_blocks_expose_residual_stream_and_train():

@@ -25,9 +25,19 @@ def _run(name, overrides, tmp_path, seeds=(0,)):
 
 def test_sparsity_points_fit_and_claims(tmp_path):
     exp, summary = _run("sparsity", {"models": "mlp,mlp-skip", "steps": 25,
-                                     "percentile_levels": "0.5,0.9", "topk_levels": "0.5,0.1"}, tmp_path)
+                                     "percentile_levels": "0.5,0.9", "topk_levels": "0.5,0.1",
+                                     "frozen_models": "mlp", "topk_freeze_after": 10}, tmp_path)
     points = summary["points"]
-    assert len(points) == 8
+    assert len(points) == 8  # the frozen-threshold points stay out of the fit
+    frozen = summary["frozen_topk"]
+    assert frozen["freeze_after"] == 10 and len(frozen["pairs"]) == 2
+    for pair in frozen["pairs"]:
+        # warm-up steps apply exact Top-K: the first recorded kept share is K up to rounding
+        first_step, first_kept = pair["kept_over_training"][0]
+        assert first_step == 1 and first_kept == pytest.approx(pair["level"], abs=0.01)
+        assert 0 < pair["kept_after_warmup"] < 1 and 0 < pair["kept_eval"] <= 1
+        assert pair["difference"] == pytest.approx(pair["frozen_accuracy"] - pair["exact_accuracy"])
+    assert any("frozen" in c.claim for c in exp.claims(summary))
     assert {"model", "method", "level", "accuracy", "neg_frac", "sparsity"} <= set(points[0])
     for key in ("A", "B", "N", "r2", "cliff_sparsity"):
         assert key in summary
@@ -43,6 +53,7 @@ def test_sparsity_points_fit_and_claims(tmp_path):
         assert max(p["normalized_accuracy"] for p in points if (p["model"], p["method"]) == g) == 1.0
     assert any("Percentile Centering" in c.claim for c in exp.claims(summary))
     assert (tmp_path / "figures" / "sparsity_cliff.png").exists()
+    assert (tmp_path / "figures" / "topk_frozen_kept.png").exists()
 
 
 def test_sparse_activations_table_with_two_seeds(tmp_path):

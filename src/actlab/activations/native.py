@@ -179,6 +179,20 @@ def center_backward(grad: Tensor, x: Tensor, kind: int, param: float) -> Tensor:
     return _module.center_backward(grad.contiguous(), x, kind, param)  # type: ignore[union-attr]
 
 
+def gaussian_forward(x: Tensor, kind: int, param: float, z: float) -> tuple[Tensor, Tensor]:
+    """``f(x)`` above its row's mean + ``z`` * std (biased), row by row in cache; and the
+    cutoff of every row."""
+    out, cutoff = _module.gaussian_forward(x, kind, param, z)  # type: ignore[union-attr]
+    return out, cutoff
+
+
+def mask_backward(grad: Tensor, x: Tensor, out: Tensor, kind: int, param: float,
+                  cutoff: Tensor) -> Tensor:
+    """``grad * f'(x)`` where :func:`gaussian_forward` kept (``cutoff``: its row cutoffs)."""
+    return _module.mask_backward(grad.contiguous(), x, out, kind, param,  # type: ignore[union-attr]
+                                 cutoff)
+
+
 def selection() -> ModuleType | None:
     """The selection kernels of ``csrc/selection.cpp`` when the native kernels are enabled
     (built on first use), else ``None``."""

@@ -9,6 +9,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from actlab.activations.running import check_freeze_after, check_momentum, resolve_momentum
+
 
 class _CenterInPlace(torch.autograd.Function):
     """y − mean(y) over ``dim``, written into ``y``; backward g − mean(g)."""
@@ -56,14 +58,17 @@ class AdaptiveCenter(nn.Module):
 
     With ``freeze_after`` N the running value stops changing after N training forward calls
     (counted in the buffer ``steps``); from then on it is subtracted as a constant in both
-    modes. Without momentum the running value is the plain average of the first N batch
-    means. Buffers are saved in ``state_dict``, so a checkpoint resumes the schedule.
+    modes. Without ``momentum`` the per-example mean is subtracted while counting, and the
+    running value is the EMA with the default momentum ``min(1, 5 / N)`` of
+    :mod:`actlab.activations.running` (the meaning and range both options share with every
+    running statistic). Buffers are saved in ``state_dict``, so a checkpoint resumes the
+    schedule.
     """
 
     def __init__(self, momentum: float | None = None, freeze_after: int | None = None) -> None:
         super().__init__()
-        self.momentum = momentum
-        self.freeze_after = freeze_after
+        self.momentum = None if momentum is None else check_momentum(momentum)
+        self.freeze_after = None if freeze_after is None else check_freeze_after(freeze_after)
         self.register_buffer("running_mean", torch.zeros(()))
         self.register_buffer("steps", torch.zeros((), dtype=torch.long))
 
@@ -78,7 +83,7 @@ class AdaptiveCenter(nn.Module):
         if steps == 0:
             self.running_mean.copy_(batch_mean)
         else:
-            weight = self.momentum if self.momentum is not None else 1.0 / (steps + 1)
+            weight = resolve_momentum(self.momentum, self.freeze_after)
             self.running_mean.lerp_(batch_mean, weight)
         self.steps += 1
 

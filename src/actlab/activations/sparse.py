@@ -42,8 +42,26 @@ def topk_sparsify(y: Tensor, fraction: float) -> Tensor:
     if functorch_transforms_active():
         return _topk_scatter(y, k, dim)  # data-independent ops only, as torch.func needs
     if dim in (-1, y.dim() - 1) and native.selection_usable(y):
-        return _NativeTopK.apply(y, k)
-    return torch.where(_dropped_by_threshold(y, k, dim), 0.0, y)
+        return _NativeTopK.apply(y, k)[0]
+    return torch.where(_dropped_by_threshold(y, k, dim)[0], 0.0, y)
+
+
+def topk_with_threshold(y: Tensor, fraction: float) -> tuple[Tensor, Tensor]:
+    """:func:`topk_sparsify` and the mean over rows of each row's k-th largest value (0-dim,
+    detached), taken from the same selection: the statistic a running threshold tracks."""
+    dim = feature_dim(y)
+    n = y.shape[dim]
+    k = kept_count(fraction, n)
+    if functorch_transforms_active() or y.device.type != "cpu" or k == n:
+        values, indices = torch.topk(y, k, dim=dim, sorted=False)
+        kth = values.detach().amin(dim=dim)
+        out = y if k == n else torch.zeros_like(y).scatter(dim, indices, values)
+        return out, kth.mean()
+    if dim in (-1, y.dim() - 1) and native.selection_usable(y):
+        out, kth = _NativeTopK.apply(y, k)
+        return out, kth.mean()
+    dropped, kth = _dropped_by_threshold(y, k, dim)
+    return torch.where(dropped, 0.0, y), kth.mean()
 
 
 def _topk_scatter(y: Tensor, k: int, dim: int) -> Tensor:
@@ -72,8 +90,9 @@ def _kth_largest(y: Tensor, k: int, dim: int) -> tuple[Tensor, Tensor]:
     return kth, (y < kth).sum(dim, keepdim=True) < n - k
 
 
-def _dropped_by_threshold(y: Tensor, k: int, dim: int) -> Tensor:
-    """Mask of the entries Top-K zeroes: those below the k-th largest value of their row.
+def _dropped_by_threshold(y: Tensor, k: int, dim: int) -> tuple[Tensor, Tensor]:
+    """Mask of the entries Top-K zeroes: those below the k-th largest value of their row;
+    and that value per row (kept dim).
 
     Rows where ties at that value (or NaNs) would keep more than ``k`` entries take their
     mask from ``torch.topk`` instead, so exactly ``k`` are kept. Off the CPU the mask comes
@@ -81,31 +100,34 @@ def _dropped_by_threshold(y: Tensor, k: int, dim: int) -> Tensor:
     every call.
     """
     if y.device.type != "cpu":
-        indices = torch.topk(y, k, dim=dim, sorted=False).indices
-        return torch.ones_like(y, dtype=torch.bool).scatter_(dim, indices, False)
+        values, indices = torch.topk(y, k, dim=dim, sorted=False)
+        dropped = torch.ones_like(y, dtype=torch.bool).scatter_(dim, indices, False)
+        return dropped, values.detach().amin(dim=dim, keepdim=True)
     threshold, excess = _kth_largest(y, k, dim)
     dropped = y < threshold  # False for NaN, which counts as largest
     if bool(excess.any()):  # ties at the threshold, or a NaN threshold: rare
         exact = torch.ones_like(dropped).scatter_(
             dim, torch.topk(y, k, dim=dim, sorted=False).indices, False)
         dropped = torch.where(excess, exact, dropped)
-    return dropped
+    return dropped, threshold
 
 
 class _NativeTopK(torch.autograd.Function):
-    """Top-K along the last dim by the C++ selection kernel. The backward recomputes the
-    mask from the input and each row's threshold, in the same pass that applies it."""
+    """Top-K along the last dim by the C++ selection kernel: the output and each row's
+    threshold (not differentiable). The backward recomputes the mask from the input and
+    each row's threshold, in the same pass that applies it."""
 
     @staticmethod
-    def forward(ctx, y: Tensor, k: int) -> Tensor:  # noqa: D102
+    def forward(ctx, y: Tensor, k: int) -> tuple[Tensor, Tensor]:  # noqa: D102
         y = y.contiguous()
         ctx.kernels = native.selection()
         out, threshold = ctx.kernels.topk_mask(y, k)
         ctx.save_for_backward(y, threshold)
+        ctx.mark_non_differentiable(threshold)
         ctx.k = k
-        return out
+        return out, threshold
 
     @staticmethod
-    def backward(ctx, grad: Tensor):  # noqa: D102
+    def backward(ctx, grad: Tensor, _: Tensor | None = None):  # noqa: D102
         y, threshold = ctx.saved_tensors
         return ctx.kernels.topk_mask_backward(grad, y, threshold, ctx.k), None

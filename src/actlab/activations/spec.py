@@ -3,15 +3,20 @@
 Grammar: ``NAME`` followed by zero or more ``:OPTION``, where an option is ``key=value``
 or a bare flag, e.g. ``gelu``, ``gelu:tanh``, ``leaky_relu:slope=0.1``,
 ``relu:shift=theory``, ``relu:shift=measured``, ``silu:beta=1.5:learnable``,
-``gelu:adaptive:momentum=0.1``, ``relu2:clip=50``, ``gelu:topk=0.1``.
+``gelu:adaptive:momentum=0.1``, ``relu2:clip=50``, ``gelu:topk=0.1``,
+``gelu:topk=0.1:freeze_after=500``, ``gelu:topk=0.1:gaussian``.
 
 Options valid on every name, applied in this order after the function:
 ``clip=C`` (clamp at C from above), ``shift=B|theory|measured`` (subtract a constant;
 ``theory`` uses the Gaussian mean at pre-activation variance ``q``, default 1/3;
 ``measured`` the module's mean output on data, set by
 :func:`actlab.activations.calibrate.calibrate_shifts_`), ``adaptive``
-(subtract the per-example feature mean; ``momentum=``, ``freeze_after=``), ``topk=K``
-(keep the fraction K of largest outputs per example).
+(subtract the per-example feature mean), ``topk=K`` (keep the fraction K of largest
+outputs per example; with the flag ``gaussian`` those above the row's mean + std *
+Phi^-1(1 - K), with ``gaussian_shift`` Gemma 3n's ``relu(x - cutoff)`` before the function).
+``momentum=`` and ``freeze_after=`` apply to the running statistics of ``adaptive`` and of
+``topk`` (its threshold), with the one meaning and range of
+:mod:`actlab.activations.running`.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from torch import Tensor, nn
 from actlab.activations import elementwise as ew
 from actlab.activations.base import Activation, functorch_transforms_active
 from actlab.activations.fused import fused_kernel, fused_shift_center
+from actlab.activations.running import check_freeze_after, check_momentum
 from actlab.activations.shift import AdaptiveCenter, feature_dim
 from actlab.activations.sparse import topk_sparsify
 from actlab.activations.special import (
@@ -38,6 +44,13 @@ from actlab.activations.special import (
     PReLUCore,
     relu_output_writable,
     sugar,
+)
+from actlab.activations.threshold import (
+    TopKThreshold,
+    fused_frozen_mask,
+    fused_gaussian_mask,
+    gaussian_mask,
+    gaussian_shift,
 )
 from actlab.errors import ShiftNotCalibratedError, SpecError, did_you_mean
 from actlab.theory.quadrature import expectation
@@ -65,8 +78,12 @@ ElementFn = Callable[..., Tensor]
 DEFAULT_Q = 1.0 / 3.0
 
 # Options accepted on every name; value-less ones are flags.
-COMMON_OPTIONS = ("clip", "shift", "q", "adaptive", "momentum", "freeze_after", "topk")
-COMMON_FLAGS = ("adaptive",)
+COMMON_OPTIONS = ("clip", "shift", "q", "adaptive", "topk", "gaussian", "gaussian_shift",
+                  "momentum", "freeze_after")
+COMMON_FLAGS = ("adaptive", "gaussian", "gaussian_shift")
+# The options of running statistics and the options that keep one.
+RUNNING_OPTIONS = ("momentum", "freeze_after")
+GAUSSIAN_FLAGS = ("gaussian", "gaussian_shift")
 # The shifts given by a word instead of a number.
 SHIFT_WORDS = ("theory", "measured")
 
@@ -235,7 +252,7 @@ class ParsedSpec:
     ``options`` maps option names to values: floats, ``"theory"`` for ``shift=theory``,
     ``"measured"`` for ``shift=measured``,
     an int for ``freeze_after``. ``flags`` holds the bare flags (``tanh``, ``learnable``,
-    ``adaptive``). Options equal to their default are dropped, so equal specs compare equal.
+    ``adaptive``, ``gaussian``, ``gaussian_shift``). Options equal to their default are dropped, so equal specs compare equal.
     """
 
     name: str
@@ -310,20 +327,16 @@ def _common_value(spec: str, key: str, text: str) -> Any:
                             f"'measured', got {text!r}"
                             + did_you_mean(text, SHIFT_WORDS, quote=True, prefix="; "))
         return value
-    if key == "freeze_after":
+    if key in RUNNING_OPTIONS:  # one range with the norms' (actlab.activations.running)
+        check = check_freeze_after if key == "freeze_after" else check_momentum
         try:
-            count = int(text)
-        except ValueError:
-            raise SpecError(f"{spec!r}: option 'freeze_after' needs a whole number of steps, "
-                            f"got {text!r}") from None
-        if count < 1:
-            raise SpecError(f"{spec!r}: option 'freeze_after' must be >= 1, got {count}")
-        return count
+            return check(text, f"option {key!r}")
+        except ValueError as exc:
+            raise SpecError(f"{spec!r}: {exc}") from None
     value = _number(spec, key, text)
     ranges = {
         "clip": (lambda v: math.isfinite(v) and v > 0, "> 0 and finite"),
         "q": (lambda v: math.isfinite(v) and v > 0, "> 0 and finite"),
-        "momentum": (lambda v: 0 < v <= 1, "in (0, 1]"),
         "topk": (lambda v: 0 < v <= 1, "in (0, 1]"),
     }
     ok, text_range = ranges[key]
@@ -392,9 +405,18 @@ def parse_spec(spec: str) -> ParsedSpec:
                 options[key] = value
         else:
             options[key] = _common_value(spec, key, text)
-    if ("momentum" in options or "freeze_after" in options) and "adaptive" not in flags:
-        raise SpecError(f"{spec!r}: options 'momentum' and 'freeze_after' need the flag "
-                        "'adaptive'")
+    gaussian = [f for f in GAUSSIAN_FLAGS if f in flags]
+    if gaussian and "topk" not in options:
+        raise SpecError(f"{spec!r}: flag {gaussian[0]!r} sets how 'topk=K' thresholds; it needs "
+                        "'topk=K'")
+    if len(gaussian) > 1:
+        raise SpecError(f"{spec!r}: flags 'gaussian' (mask of the output) and 'gaussian_shift' "
+                        "(Gemma 3n's shift of the input) exclude each other")
+    running = [k for k in RUNNING_OPTIONS if k in options]
+    if running and "adaptive" not in flags and ("topk" not in options or gaussian):
+        raise SpecError(f"{spec!r}: option {running[0]!r} sets a running statistic; it needs "
+                        "the flag 'adaptive' or 'topk=K' (whose threshold becomes one), and "
+                        "'gaussian' thresholds need none")
     if "q" in options:
         if options.get("shift") != "theory":
             raise SpecError(f"{spec!r}: option 'q' only applies with 'shift=theory'")
@@ -416,7 +438,7 @@ def base_spec(spec: str | ParsedSpec) -> str:
     parsed = parse_spec(spec)
     keep = {k: v for k, v in parsed.options.items() if k not in ("shift", "q", "momentum",
                                                                    "freeze_after", "topk")}
-    flags = frozenset(f for f in parsed.flags if f != "adaptive")
+    flags = frozenset(f for f in parsed.flags if f not in COMMON_FLAGS)
     return ParsedSpec(parsed.name, keep, flags).canonical
 
 
@@ -559,7 +581,10 @@ class SpecActivation(Activation):
     ``bounded`` (a saturating function), ``bounds`` (the output range ``(low, high)`` where
     known, else ``None``), ``clip``, ``shift`` (the constant subtracted, with
     ``shift=theory`` resolved at construction), ``center`` (an
-    :class:`~actlab.activations.shift.AdaptiveCenter` or ``None``), ``topk``.
+    :class:`~actlab.activations.shift.AdaptiveCenter` or ``None``), ``topk``, ``topk_rule``
+    (``"exact"``, ``"running"``, ``"gaussian"``, ``"gaussian_shift"`` or ``None``) and
+    ``topk_running`` (the :class:`~actlab.activations.threshold.TopKThreshold` of
+    ``topk=K:freeze_after=N`` / ``momentum=m``, else ``None``).
 
     The shift is module state: the 0-dim buffer ``offset`` (float64 until the module is
     cast), which follows ``.to()`` and which every path reads (eager, torch.func transforms,
@@ -596,10 +621,18 @@ class SpecActivation(Activation):
         self._members_shifted = True  # torch.func paths subtract it (see for_members)
         self.topk: float | None = parsed.options.get("topk")
         adaptive = "adaptive" in parsed.flags
-        self.center = (
-            AdaptiveCenter(parsed.options.get("momentum"), parsed.options.get("freeze_after"))
-            if adaptive else None
-        )
+        momentum, freeze_after = parsed.options.get("momentum"), parsed.options.get("freeze_after")
+        self.center = AdaptiveCenter(momentum, freeze_after) if adaptive else None
+        # "exact", "running" (TopKThreshold), "gaussian" or "gaussian_shift"; None without topk
+        self.topk_rule: str | None = None
+        self.topk_running: TopKThreshold | None = None
+        if self.topk is not None:
+            self.topk_rule = next((f for f in ("gaussian", "gaussian_shift") if f in parsed.flags),
+                                  None)
+            if self.topk_rule is None and (momentum is not None or freeze_after is not None):
+                self.topk_rule = "running"
+                self.topk_running = TopKThreshold(self.topk, momentum, freeze_after)
+            self.topk_rule = self.topk_rule or "exact"
         self._read_offset(shift)
         self.core: nn.Module | None = None
         if parsed.name == "silu" and "learnable" in parsed.flags:
@@ -658,12 +691,19 @@ class SpecActivation(Activation):
             plain_center or (self.center is None and self._shifted)
         ):
             self._fused = fused_kernel(parsed.name, params)
+        # Threshold Top-K fused with the function (one node, no extra allocation) when no
+        # other option sits between them.
+        self._mask_kernel = None
+        if self.topk_rule in ("running", "gaussian") and self.core is None and \
+                self.clip is None and not self._shifted and self.center is None:
+            self._mask_kernel = fused_kernel(parsed.name, params)
 
     def __getstate__(self) -> dict[str, Any]:
         state = super().__getstate__() if hasattr(super(), "__getstate__") else self.__dict__
         state = dict(state)
         state.pop("_fn", None)
         state.pop("_fused", None)
+        state.pop("_mask_kernel", None)
         state.pop("_plain_fn", None)
         return state
 
@@ -672,6 +712,10 @@ class SpecActivation(Activation):
         state.setdefault("_members_shifted", True)
         for key, default in (("measured", False), ("_pending", False), ("_recorder", None)):
             state.setdefault(key, default)
+        if "topk_rule" not in state:  # modules pickled before the threshold rules
+            state["topk_rule"] = None if state.get("topk") is None else "exact"
+            if "topk_running" not in state.get("_modules", {}):
+                state["topk_running"] = None
         super().__setstate__(state)
         self._modules.pop("_plain_fn", None)  # modules pickled when the core was listed twice
         if "offset" not in self._buffers:
@@ -687,6 +731,14 @@ class SpecActivation(Activation):
             self._measure(x)
         if functorch_transforms_active():
             return self._forward_out_of_place(x)
+        if self._mask_kernel is not None:
+            if self.topk_rule == "gaussian" and self.topk < 1.0:
+                return fused_gaussian_mask(x, self._mask_kernel, self.topk)
+            running = self.topk_running
+            if running is not None and running.uses_threshold():
+                return fused_frozen_mask(x, self._mask_kernel, running.threshold)
+        if self.topk_rule == "gaussian_shift":
+            x = gaussian_shift(x, self.topk)
         if self._fused is not None:
             dim = feature_dim(x) if self.center is not None else None
             y = fused_shift_center(x, self._fused, self.offset, dim)
@@ -698,7 +750,17 @@ class SpecActivation(Activation):
                 y = y.sub_(self.offset) if self._inplace_ok else y - self.offset
             if self.center is not None:
                 y = self.center(y, inplace=self._inplace_ok or self._shifted)
-        return topk_sparsify(y, self.topk) if self.topk is not None else y
+        return self._sparsify(y)
+
+    def _sparsify(self, y: Tensor) -> Tensor:
+        """The output-side Top-K of ``topk`` (``gaussian_shift`` acts on the input instead)."""
+        if self.topk_rule in (None, "gaussian_shift"):
+            return y
+        if self.topk_running is not None:
+            return self.topk_running(y)
+        if self.topk_rule == "gaussian":
+            return gaussian_mask(y, self.topk)
+        return topk_sparsify(y, self.topk)
 
     def _measure(self, x: Tensor) -> NoReturn:
         """The forward of a ``shift=measured`` module before calibration: hand the unshifted
@@ -720,6 +782,8 @@ class SpecActivation(Activation):
         after its value was written in place, as
         :meth:`actlab.train.ensemble.Ensemble.member` does when it copies a member's state
         into another member's module, and as loading a ``state_dict`` does."""
+        if self.topk_running is not None:
+            self.topk_running.refresh_from_buffers()
         if self.offset.is_meta:
             return
         self._read_offset(float(self.offset))
@@ -750,6 +814,8 @@ class SpecActivation(Activation):
 
     def _forward_out_of_place(self, x: Tensor) -> Tensor:
         """The same function with plain out-of-place ops, so torch.func can transform it."""
+        if self.topk_rule == "gaussian_shift":
+            x = gaussian_shift(x, self.topk)
         y = self._plain_fn(x)
         if self.clip is not None:
             y = torch.clamp_max(y, self.clip)
@@ -757,9 +823,7 @@ class SpecActivation(Activation):
             y = y - self.offset
         if self.center is not None:
             y = self.center(y, inplace=False)
-        if self.topk is not None:
-            y = topk_sparsify(y, self.topk)
-        return y
+        return self._sparsify(y)
 
 
 def activation(spec: str) -> Activation:

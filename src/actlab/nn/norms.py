@@ -27,10 +27,12 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from actlab.activations import native
+from actlab.activations.running import check_freeze_after, check_momentum, resolve_momentum
 from actlab.activations.spec import split_spec
 from actlab.errors import did_you_mean
 
 _INTERPOLATIONS = ("linear", "lower", "higher", "nearest", "midpoint")
+DEFAULT_MOMENTUM = 0.1  # BatchNorm's, when no freeze_after sets one
 
 
 def percentile(x: Tensor, q: float, dim: int | Sequence[int] = -1, keepdim: bool = False,
@@ -314,19 +316,19 @@ class _PercentileNorm(nn.Module):
     """Shared machinery of the two Percentile Centering flavours (see the module docstring)."""
 
     def __init__(self, num_features: int, q: float = 0.5, eps: float = 1e-5,
-                 momentum: float = 0.1, freeze_after: int | None = None, affine: bool = True,
-                 bias: bool = True) -> None:
+                 momentum: float | None = None, freeze_after: int | None = None,
+                 affine: bool = True, bias: bool = True) -> None:
         super().__init__()
         if not 0.0 <= q <= 1.0:
             raise ValueError(f"q must be in [0, 1], got {q}")
-        if not 0.0 < momentum <= 1.0:
-            raise ValueError(f"momentum must be in (0, 1], got {momentum}")
-        if freeze_after is not None and freeze_after < 0:
-            raise ValueError(f"freeze_after must be >= 0 or None, got {freeze_after}")
+        # One meaning and range for both options (actlab.activations.running): the default
+        # momentum is BatchNorm's 0.1, or min(1, 5 / freeze_after) with Accumulation Stop.
+        if freeze_after is not None:
+            freeze_after = check_freeze_after(freeze_after)
         self.num_features = num_features
         self.q = float(q)
         self.eps = eps
-        self.momentum = momentum
+        self.momentum = float(resolve_momentum(momentum, freeze_after, DEFAULT_MOMENTUM))
         self.freeze_after = freeze_after
         self.weight = nn.Parameter(torch.ones(num_features)) if affine else None
         self.bias = nn.Parameter(torch.zeros(num_features)) if affine and bias else None
@@ -362,8 +364,8 @@ class PercentileBatchNorm(_PercentileNorm):
     """
 
     def __init__(self, num_features: int, q: float = 0.5, eps: float = 1e-5,
-                 momentum: float = 0.1, freeze_after: int | None = None, affine: bool = True,
-                 bias: bool = True) -> None:
+                 momentum: float | None = None, freeze_after: int | None = None,
+                 affine: bool = True, bias: bool = True) -> None:
         super().__init__(num_features, q, eps, momentum, freeze_after, affine, bias)
         self.register_buffer("running_center", torch.zeros(num_features))
         self.register_buffer("running_var", torch.ones(num_features))
@@ -398,8 +400,8 @@ class PercentileLayerNorm(_PercentileNorm):
     """
 
     def __init__(self, num_features: int, q: float = 0.5, eps: float = 1e-5,
-                 momentum: float = 0.1, freeze_after: int | None = None, affine: bool = True,
-                 bias: bool = True) -> None:
+                 momentum: float | None = None, freeze_after: int | None = None,
+                 affine: bool = True, bias: bool = True) -> None:
         super().__init__(num_features, q, eps, momentum, freeze_after, affine, bias)
         # Shape (positions..., 1); sized on the first training batch.
         self.register_buffer("running_center", torch.zeros(1))
@@ -472,13 +474,20 @@ class ChannelsLast(nn.Module):
         self.norm = norm
 
     def forward(self, x: Tensor) -> Tensor:
-        """Normalize ``(N, C, ...)`` over ``C`` at every position."""
-        return self.norm(x.movedim(1, -1)).movedim(-1, 1)
+        """Normalize ``(N, C, ...)`` over ``C`` at every position; the output is contiguous."""
+        # Moved back, the norm's output has channels-last strides, so the convolutions after
+        # it would run oneDNN's channels-last kernels. With torch 2.13 (oneDNN 3.12) on AVX2,
+        # the weight gradient of a 1x1 stride-2 convolution with fewer than 8 input channels
+        # in that layout is wrong on two threads and writes past its workspace on one,
+        # corrupting the heap (oneDNN issue #6035; a ResNet shortcut from 4 channels hit
+        # it). A contiguous (N, C, ...) output keeps convolutions on their default layout.
+        return self.norm(x.movedim(1, -1)).movedim(-1, 1).contiguous()
 
 
 NORM_NAMES = ("none", "rmsnorm", "layernorm", "batchnorm", "percentile",
               "percentile-layernorm", "percentile-batchnorm")
 _NORM_OPTIONS = {"q": float, "freeze_after": int, "momentum": float, "eps": float}
+_RUNNING_CHECKS = {"freeze_after": check_freeze_after, "momentum": check_momentum}
 
 
 def parse_norm(spec: str) -> tuple[str, dict[str, float | int]]:
@@ -508,6 +517,11 @@ def parse_norm(spec: str) -> tuple[str, dict[str, float | int]]:
             options[key] = _NORM_OPTIONS[key](value)
         except ValueError:
             raise ValueError(f"norm option {key} needs a {_NORM_OPTIONS[key].__name__}, got {value!r}") from None
+        if key in _RUNNING_CHECKS:  # the range every running statistic shares
+            try:
+                options[key] = _RUNNING_CHECKS[key](options[key])
+            except ValueError as exc:
+                raise ValueError(f"norm spec {spec!r}: {exc}") from None
     if options and not name.startswith("percentile") and set(options) - {"eps", "momentum"}:
         raise ValueError(f"options {sorted(options)} only apply to percentile norms, got {spec!r}")
     return name, options

@@ -15,6 +15,7 @@ Example::
 
 from __future__ import annotations
 
+import math
 import time
 
 import numpy as np
@@ -23,7 +24,9 @@ import torch
 from actlab.train.callbacks import Callback
 from actlab.train.placement import resolve_device
 
-__all__ = ["StepClock"]
+__all__ = ["BLOCK", "StepClock", "throughput"]
+
+BLOCK = 5  # steps per timed block, as benchmarks/percentile.py's inner loop
 
 
 class StepClock:
@@ -82,3 +85,17 @@ class _StampEveryStep(Callback):
     def on_step(self, trainer: object, step: int, loss: object) -> None:
         """Stamp."""
         self.clock.stamp()
+
+
+def throughput(step_times: np.ndarray, block: int = BLOCK) -> tuple[float, float]:
+    """Steps/s (median over blocks of ``block`` steps, as ``benchmarks/percentile.py``) and its
+    relative noise: half the relative difference between the two halves' rates."""
+    step_times = np.asarray(step_times, dtype=np.float64)
+    usable = len(step_times) // block * block
+    blocks = step_times[:usable].reshape(-1, block).mean(1) if usable >= 2 * block else step_times
+    rate = 1.0 / float(np.median(blocks))
+    half = len(blocks) // 2
+    if half == 0:
+        return rate, math.nan
+    first, second = 1.0 / np.median(blocks[:half]), 1.0 / np.median(blocks[half:])
+    return rate, float(abs(first - second) / (first + second))

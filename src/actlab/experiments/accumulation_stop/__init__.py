@@ -13,7 +13,6 @@ baseline once frozen, quality within 2%.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,23 +42,9 @@ from actlab.runner.experiment import (
 )
 from actlab.runner.fields import CheckedConfig, checked
 from actlab.train.supervised import torch_threads
-from actlab.train.timing import StepClock
+from actlab.train.timing import StepClock, throughput
 
 NORMS = ("layernorm", "batchnorm", "percentile", "percentile-frozen")
-BLOCK = 5  # steps per timed block, as benchmarks/percentile.py's inner loop
-
-
-def throughput(step_times: np.ndarray) -> tuple[float, float]:
-    """Steps/s (median over blocks of ``BLOCK`` steps, as ``benchmarks/percentile.py``) and its
-    relative noise: half the relative difference between the two halves' rates."""
-    usable = len(step_times) // BLOCK * BLOCK
-    blocks = step_times[:usable].reshape(-1, BLOCK).mean(1) if usable >= 2 * BLOCK else step_times
-    rate = 1.0 / float(np.median(blocks))
-    half = len(blocks) // 2
-    if half == 0:
-        return rate, math.nan
-    first, second = 1.0 / np.median(blocks[:half]), 1.0 / np.median(blocks[half:])
-    return rate, float(abs(first - second) / (first + second))
 
 
 @dataclass
@@ -88,11 +73,16 @@ class AccumulationStopConfig(CheckedConfig):
 
 
 def norm_spec(norm: str, q: float, warmup: int) -> str:
-    """The :func:`~actlab.nn.norms.make_norm` name of a condition."""
+    """The :func:`~actlab.nn.norms.make_norm` name of a condition.
+
+    The frozen condition keeps BatchNorm's momentum 0.1 during warm-up, as its references were
+    measured with, rather than the shared ``min(1, 5 / freeze_after)`` default of
+    :mod:`actlab.activations.running` (which at warm-up 50, the quick scale, is also 0.1).
+    """
     if norm == "percentile":
         return f"percentile:q={q:g}"
     if norm == "percentile-frozen":
-        return f"percentile:q={q:g}:freeze_after={warmup}"
+        return f"percentile:q={q:g}:momentum=0.1:freeze_after={warmup}"
     return norm
 
 

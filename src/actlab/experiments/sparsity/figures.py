@@ -13,9 +13,11 @@ from actlab.runner.experiment import RunContext
 
 def draw_figures(summary: dict[str, Any], ctx: RunContext) -> None:
     """``sparsity_cliff``: every point by model and method and the fitted curve (only when the
-    summary holds a fit, i.e. has ``n_points``)."""
+    summary holds a fit, i.e. has ``n_points``); ``topk_frozen_kept``: the kept fraction of
+    the frozen-threshold Top-K over training against K (when it ran)."""
     from actlab.theory.fit import CliffFit
 
+    draw_frozen_kept(summary.get("frozen_topk") or {}, ctx)
     if "n_points" not in summary:
         return
     fit = CliffFit(summary["A"], summary["B"], summary["N"], summary["r2"],
@@ -40,3 +42,23 @@ def draw_figures(summary: dict[str, Any], ctx: RunContext) -> None:
     ax.set_ylabel("accuracy / best of its group")
     ax.legend(fontsize=6, ncol=2)
     ctx.save_figure(fig, "sparsity_cliff")
+
+
+def draw_frozen_kept(frozen: dict[str, Any], ctx: RunContext) -> None:
+    """``topk_frozen_kept``: kept fraction over training steps per (model, K), K dashed, the
+    end of the warm-up dotted."""
+    pairs = frozen.get("pairs") or []
+    if not pairs:
+        return
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    for pair in pairs:
+        steps, kept = zip(*pair["kept_over_training"]) if pair["kept_over_training"] else ((), ())
+        line = ax.plot(steps, kept, marker="o", ms=3, label=f"{pair['model']} K={pair['level']:g}")
+        ax.axhline(pair["level"], color=line[0].get_color(), ls="--", lw=0.8)
+    ax.axvline(frozen["freeze_after"], color="k", ls=":", lw=1)
+    ax.set_xlabel("training step")
+    ax.set_ylabel("kept fraction (training batches)")
+    ax.set_yscale("log")
+    ax.legend(fontsize=6, ncol=2)
+    ctx.save_figure(fig, "topk_frozen_kept")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import pandas as pd
 
 from actlab.analysis import failed_units, seeds_in
@@ -37,6 +38,8 @@ def build_summary(config: SparsityConfig, table: pd.DataFrame,
     from actlab.theory.fit import fit_cliff, normalize_by_group
 
     points = table_points(table)
+    frozen = frozen_comparison(config, table, points)
+    points = [p for p in points if p["method"] in METHODS]  # the fit's mechanisms
     summary: dict[str, Any] = {
         "scale": {"steps": config.steps, "seeds": seeds_in(table),
                   "data": data_label(config, "digits (1438 train / 359 test)"),
@@ -45,6 +48,7 @@ def build_summary(config: SparsityConfig, table: pd.DataFrame,
                   "topk_levels": config.topk_levels},
         "failed_or_diverged": failed_units(results),
         "published": dict(PUBLISHED),
+        "frozen_topk": frozen,
     }
     if len(points) >= 3:
         norm = normalize_by_group([p["accuracy"] for p in points],
@@ -74,3 +78,30 @@ def per_model(points: list[dict[str, Any]]) -> dict[str, Any]:
                     "most_sparse": {"sparsity": sel[-1]["sparsity"], "accuracy": sel[-1]["accuracy"]},
                 }
     return out
+
+
+def frozen_comparison(config: SparsityConfig, table: pd.DataFrame,
+                      points: list[dict[str, Any]]) -> dict[str, Any]:
+    """The frozen-threshold Top-K points against exact Top-K at the same (model, level): the
+    accuracy difference, the kept fraction at evaluation (1 - sparsity) and over training
+    (seed means at ten evenly spaced steps, and the mean after the warm-up)."""
+    exact = {(p["model"], p["level"]): p for p in points if p["method"] == "topk"}
+    kept = table[table["metric"] == "kept_fraction"]
+    pairs = []
+    for p in points:
+        if p["method"] != "topk-frozen" or (p["model"], p["level"]) not in exact:
+            continue
+        ref = exact[(p["model"], p["level"])]
+        run = kept[kept["run"] == f"{p['model']}/topk-frozen/{p['level']:g}"]
+        by_step = run.groupby("step")["value"].mean()
+        after = by_step[by_step.index > config.topk_freeze_after]
+        picks = sorted({int(i) for i in np.linspace(1, len(by_step), 10)}) if len(by_step) else []
+        pairs.append({
+            "model": p["model"], "level": p["level"], "exact_accuracy": ref["accuracy"],
+            "frozen_accuracy": p["accuracy"], "difference": p["accuracy"] - ref["accuracy"],
+            "kept_eval": 1.0 - p["sparsity"],
+            "kept_after_warmup": float(after.mean()) if len(after) else math.nan,
+            "kept_over_training": [[step, float(by_step.iloc[step - 1])] for step in picks],
+        })
+    return {"freeze_after": config.topk_freeze_after, "tolerance": config.frozen_tolerance,
+            "pairs": pairs}
