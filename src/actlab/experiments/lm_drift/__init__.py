@@ -1,0 +1,145 @@
+"""``lm-drift``: weight drift, negative pre-activations and sparsity of a GPT under Muon and AdamW.
+
+"Bug or Feature²" (long version) §2-3 derives a negative drift of the weights feeding an
+activation from the positive mean of the pre-activation gradient, and measures it under SGD and
+Adam; its GPT-nano trains with Muon (App. D.6), which orthogonalises each matrix update (every
+singular value of the Newton-Schulz output is about 1). The drift argument concerns the mean
+of the update, one direction among many, so Muon may spend less of its movement on it. This
+experiment measures that, on the same seeds and batches:
+
+* ``muon``: the gpt-nano recipe (:class:`~actlab.recipes.language_model.LMScale`'s default:
+  Muon on the hidden matrices, AdamW on the rest, trapezoidal schedule, no weight decay);
+* ``adamw``: the same schedule, no weight decay and no clipping, AdamW on every parameter at
+  ``adamw_lr`` (ours: the engine's AdamW rate), so only the optimizer differs.
+
+Every ``probe_every`` steps, per block: the mean of the up-projection weight (the layer whose
+output enters the activation), its drift Z-score ``E|w_t - w_0| / std(w_0)`` (the paper's
+§2 measure), the share of that movement which is mean drift, ``|E[w_t - w_0]| / E|w_t - w_0|``
+(ours: 1 when every weight moved by the same amount in the same direction), and on fixed validation windows the share of negative activation inputs and the
+activation output's sparsity (``|a| < 1e-7``). The summary keeps the change of each from step
+0 to the end, averaged over blocks and seeds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from actlab.experiments.lm_drift.claims import claims
+from actlab.experiments.lm_drift.figures import draw
+from actlab.experiments.lm_drift.summary import build_summary
+from actlab.nn.gpt import GPT
+from actlab.recipes.language_model import (
+    LMScale,
+    probe_forward,
+    probe_windows,
+    seeded_gpt,
+    train_and_record,
+)
+from actlab.runner.experiment import (
+    Claim,
+    Experiment,
+    RunContext,
+    UnitContext,
+    UnitResult,
+    register,
+)
+from actlab.runner.fields import checked
+from actlab.train.supervised import torch_threads
+
+OPTIMIZERS = ("muon", "adamw")
+
+
+@dataclass
+class LMDriftConfig(LMScale):
+    """Tiny-GPT scale, the activations, the AdamW arm's rate and the trajectory schedule."""
+
+    activations: list[str] = checked(default_factory=lambda: ["relu", "gelu"],
+                                     spec="activation", nonempty=True)
+    adamw_lr: float = checked(1e-3, gt=0)
+    probe_every: int = checked(50, ge=1)
+    probe_batches: int = checked(2, ge=1)
+    steps: int = 1000
+
+    def arm(self, optimizer: str) -> LMScale:
+        """The scale one optimizer arm trains with (``adamw``: the Muon arm's schedule)."""
+        if optimizer == "muon":
+            return self
+        recipe = self.recipe()
+        return type(self)(**{**vars(self), "optimizer": "adamw", "lr": self.adamw_lr,
+                             "schedule": "trapezoid", "warmup": recipe["warmup"],
+                             "warmdown": recipe["warmdown"], "eval_every": recipe["eval_every"],
+                             "weight_decay": 0.0, "grad_clip": 0.0})
+
+
+@register
+class LMDriftExperiment(Experiment):
+    """Weight drift and sparsity of a byte-level GPT, Muon against AdamW on the same seeds."""
+
+    name = "lm-drift"
+    headline_figure = "lm_drift"
+    description = ("GPT on the stdlib corpus, relu/gelu, Muon (gpt-nano recipe) vs AdamW on the "
+                   "same schedule: up-projection weight mean and drift Z-score, negative "
+                   "pre-activation share and sparsity over training (\"Bug or Feature²\" §2-3).")
+    Config = LMDriftConfig
+    quick = {"compile_model": "off", "n_layer": 2, "n_embd": 64, "block_size": 64,
+             "batch_size": 16, "steps": 150, "eval_batches": 2, "probe_every": 25}
+    default_seeds = 2
+    seeds_per_unit = 1
+
+    def units(self, config: LMDriftConfig) -> list[dict]:
+        """One unit per optimizer and activation."""
+        return [{"optimizer": o, "activation": a} for o in OPTIMIZERS for a in config.activations]
+
+    def run_unit(self, config: LMDriftConfig, unit: dict, seeds: list[int],
+                 ctx: UnitContext) -> UnitResult:
+        """Train one arm per seed, recording the trajectory every ``probe_every`` steps."""
+        result = UnitResult()
+        scale = config.arm(unit["optimizer"])
+        run = f"{unit['optimizer']}/{unit['activation']}"
+        corpus = config.corpus()
+        with torch_threads(config.threads or None):
+            for seed in seeds:
+                model = seeded_gpt(config.model_config(activation=unit["activation"]), seed, ctx)
+                windows = probe_windows(config, corpus, seed, config.probe_batches, ctx)
+                record = _trajectory_recorder(result, run, seed, model, windows, config)
+                record(0)
+                train_and_record(scale, model, corpus, seed, ctx, result, run, on_step=record)
+        return result
+
+    def summarize(self, config: LMDriftConfig, table, results: list[dict],
+                  ctx: RunContext) -> dict:
+        """Per arm: start and end of each trajectory, averaged over blocks and seeds; figure."""
+        summary = build_summary(config, table, results)
+        draw(table, config, ctx)
+        return summary
+
+    def claims(self, summary: dict) -> list[Claim]:
+        """Negative drift and rising negative share under AdamW; Muon's share of drift (ours)."""
+        return claims(summary)
+
+
+def _trajectory_recorder(result: UnitResult, run: str, seed: int, model: GPT, windows: list,
+                         config: LMDriftConfig) -> Callable[..., None]:
+    """``on_step`` callback: per block, up-projection weight mean and Z-score, negative share
+    and sparsity, every ``probe_every`` steps and at the end."""
+    initial = [block.mlp.up.weight.detach().clone() for block in model.blocks]
+
+    def record(step: int, _loss: float = 0.0) -> None:
+        if step % config.probe_every and step != config.steps:
+            return
+        with torch.no_grad():
+            for i, (block, w0) in enumerate(zip(model.blocks, initial)):
+                w = block.mlp.up.weight.detach()
+                result.add(run, seed, step, str(i), "w_mean", float(w.double().mean()))
+                moved = (w - w0).abs().double().mean()
+                result.add(run, seed, step, str(i), "z_score", float(moved / w0.double().std()))
+                result.add(run, seed, step, str(i), "mean_drift_share",
+                           float((w - w0).double().mean().abs() / moved) if moved > 0 else 0.0)
+        table = probe_forward(model, windows, metrics=("preact_neg_frac", "sparsity"))
+        for row in table.itertuples():
+            result.add(run, seed, step, row.layer.split(".")[1], row.metric, row.value)
+
+    return record

@@ -1,0 +1,73 @@
+"""lm-drift: the two optimizer arms differ only in the optimizer, the trajectories are the
+quantities they name, and the claims follow the numbers."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from actlab.errors import ConfigError
+from actlab.experiments.lm_drift import LMDriftConfig, LMDriftExperiment
+from actlab.runner.driver import RunOptions, run_experiment
+
+TOY = {"n_layer": 1, "n_head": 2, "n_embd": 16, "block_size": 16, "batch_size": 4, "steps": 6,
+       "eval_batches": 1, "log_every": 3, "probe_every": 3, "probe_batches": 1,
+       "activations": "relu"}
+
+
+def test_the_adamw_arm_changes_only_the_optimizer() -> None:
+    config = LMDriftConfig(steps=700)
+    muon, adamw = config.arm("muon").train_config(), config.arm("adamw").train_config()
+    assert (muon.optimizer, adamw.optimizer) == ("muon", "adamw")
+    for field in ("schedule", "warmup", "warmdown", "eval_every", "weight_decay", "grad_clip",
+                  "steps"):
+        assert getattr(muon, field) == getattr(adamw, field), field
+    assert adamw.lr == config.adamw_lr and muon.schedule == "trapezoid"
+    with pytest.raises(ConfigError, match="adamw_lr"):
+        LMDriftConfig(adamw_lr=0.0)
+
+
+def test_toy_run_records_trajectories_from_step_zero(tmp_path, monkeypatch) -> None:
+    root = tmp_path / "text"
+    root.mkdir()
+    for i in range(8):
+        (root / f"f{i}.py").write_text(f"def f{i}(x):\n    return x * {i} + 1\n" * 40)
+    monkeypatch.setenv("ACTLAB_CACHE", str(tmp_path / "cache"))
+    outcome = run_experiment("lm-drift", "default", {**TOY, "data": str(root)}, n_seeds=1,
+                             options=RunOptions(out=tmp_path, progress=False))
+    assert outcome.ok, outcome.failure_lines()
+    arms = outcome.summary["arms"]
+    assert set(arms) == {"muon/relu", "adamw/relu"}
+    for arm in arms.values():
+        assert arm["z_score"]["start"] == 0.0 and arm["z_score"]["end"] > 0
+        assert arm["mean_drift_share"]["start"] == 0.0
+        assert 0 <= arm["mean_drift_share"]["end"] <= 1  # |E[d]| <= E|d|
+        # ReLU's zeros are its negative inputs
+        assert arm["sparsity"]["end"] == pytest.approx(arm["preact_neg_frac"]["end"], abs=1e-6)
+    assert (outcome.path / "figures" / "lm_drift.png").exists()
+
+
+def test_mean_drift_share_is_one_for_a_uniform_shift() -> None:
+    # the recorder's quantity on a known change: every weight moved by -0.01 -> share 1;
+    # a change of zero mean -> share 0
+    w0 = torch.randn(64, 16, generator=torch.Generator().manual_seed(0))
+    for w, share in ((w0 - 0.01, 1.0), (w0 + 0.01 * torch.tensor([1.0, -1.0]).repeat(512).view(64, 16), 0.0)):
+        moved = (w - w0).abs().mean()
+        assert float((w - w0).mean().abs() / moved) == pytest.approx(share, abs=1e-6)
+
+
+def _arm(shift: float, neg: tuple[float, float], share: float) -> dict:
+    return {"w_mean": {"change": shift}, "preact_neg_frac": {"start": neg[0], "end": neg[1]},
+            "mean_drift_share": {"end": share}}
+
+
+def test_claims_follow_the_numbers() -> None:
+    good = {"activations": ["relu"], "arms": {"adamw/relu": _arm(-1e-4, (0.5, 0.6), 0.02),
+                                              "muon/relu": _arm(1e-5, (0.5, 0.55), 0.002)}}
+    held = {c.id: c.held for c in LMDriftExperiment().claims(good)}
+    assert held == {"lm-drift/adamw/relu/negative-drift": True,
+                    "lm-drift/muon/relu/smaller-mean-drift-share": True}
+    bad = {"activations": ["relu"], "arms": {"adamw/relu": _arm(1e-4, (0.5, 0.6), 0.002),
+                                             "muon/relu": _arm(1e-5, (0.5, 0.55), 0.02)}}
+    held = {c.id: c.held for c in LMDriftExperiment().claims(bad)}
+    assert not any(held.values())
