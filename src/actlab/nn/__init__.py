@@ -16,6 +16,8 @@ _LAZY = {
     "matched_width": "actlab.nn.ffn",
     "ffn_param_count": "actlab.nn.ffn",
     "ffn_flops_per_token": "actlab.nn.ffn",
+    "sparse_down": "actlab.nn.sparse_ffn",
+    "sparse_inference": "actlab.nn.sparse_ffn",
     "ResidualMLP": "actlab.nn.residual_mlp",
     "OneBlock": "actlab.nn.one_block",
     "RMSNorm": "actlab.nn.norms",
