@@ -45,7 +45,17 @@ from actlab.train.ema import EMA
 from actlab.train.loop import Trainer
 from actlab.train.settings import TrainSettings
 
-torch.set_num_threads(1)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    """The Monte Carlo tests on one thread, restored afterwards (a module-level setting would
+    leak into every later test of the session)."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
+
 
 T = 1000
 BETAS = np.linspace(1e-4, 0.02, T)  # Ho et al. (2020), Sec. 4
@@ -520,6 +530,24 @@ def test_ema_follows_the_hand_recurrence(start):
     assert ema.updates == 6
     assert all(not p.requires_grad for p in ema.module.parameters()) and not ema.module.training
     assert all(p.requires_grad for p in model.parameters())
+
+
+def test_ema_copies_buffers_sized_on_the_first_batch():
+    # PercentileLayerNorm sizes its running statistics on the first training batch: the
+    # shadow's copy (made before training) must take the new shape, then follow the values.
+    from actlab.nn.norms import PercentileLayerNorm
+
+    model = nn.Sequential(nn.Linear(4, 4), PercentileLayerNorm(4, affine=False))
+    ema = EMA(model, 0.5)
+    model(torch.randn(3, 5, 4))
+    ema.update(model)
+    norm = ema.module[1]
+    assert norm.running_center.shape == (5, 1)
+    torch.testing.assert_close(norm.running_center, model[1].running_center)
+    model(torch.randn(3, 5, 4))
+    ema.update(model)
+    torch.testing.assert_close(norm.running_var, model[1].running_var)
+    assert int(norm.num_batches_tracked) == 2
 
 
 def test_ema_rejects_bad_settings():

@@ -54,6 +54,11 @@ SHORTER: dict[str, dict] = {
     "pretrained-profile": {"n_texts": 4},
     "pitfalls": {"epochs": 3},
     "gn-bounds": {"steps": 20, "log_points": 2, "sweep_points": 3, "refine_steps": 1},
+    "lm-drift": {"steps": 20, "probe_every": 10},
+    "dit-shift": {"steps": 6, "log_points": 2, "eval_points": 1, "fid_samples": 20,
+                  "sample_steps": 2, "loss_samples": 16},
+    "dit-percentile": {"steps": 6, "log_points": 2, "eval_points": 1, "fid_samples": 20,
+                       "sample_steps": 2, "loss_samples": 16},
 }
 
 

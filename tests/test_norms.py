@@ -220,6 +220,35 @@ def test_fused_backward_matches_autograd_of_quantile_formula(flavour, shape, q):
     assert torch.autograd.gradcheck(lambda t: norm(t), (x,))
 
 
+@pytest.mark.parametrize("flavour,shape", [("layer", (4, 3, 11)), ("batch", (3, 4, 5, 2))])
+@pytest.mark.parametrize("affine,bias", [(False, False), (True, False)])
+def test_fused_backward_without_bias_or_affine_matches_autograd(flavour, shape, affine, bias):
+    # the backward's fused sums take separate branches when weight or bias is missing
+    gen = torch.Generator().manual_seed(5)
+    x = torch.randn(shape, dtype=torch.float64, generator=gen, requires_grad=True)
+    c = shape[-1] if flavour == "layer" else shape[1]
+    cls = PercentileLayerNorm if flavour == "layer" else PercentileBatchNorm
+    norm = cls(c, q=0.65, affine=affine, bias=bias).double()
+    dims = (-1,) if flavour == "layer" else (0, *range(2, x.dim()))
+    bshape = [-1] if flavour == "layer" else [1, c] + [1] * (x.dim() - 2)
+    flat = x if flavour == "layer" else _flatten_reduce(x, dims)
+    center = torch.quantile(flat, 0.65, dim=-1, keepdim=flavour == "layer")
+    center = center if flavour == "layer" else center.view(bshape)
+    ref = (x - center) / torch.sqrt(x.var(dims, unbiased=False, keepdim=True) + 1e-5)
+    params = [x]
+    if affine:
+        with torch.no_grad():
+            norm.weight.uniform_(0.5, 1.5, generator=gen)
+        ref = ref * norm.weight.view(bshape)
+        params.append(norm.weight)
+    y = norm(x)
+    torch.testing.assert_close(y, ref)
+    g = torch.randn(y.shape, dtype=torch.float64, generator=gen)
+    for a, b in zip(torch.autograd.grad(y, params, g), torch.autograd.grad(ref, params, g)):
+        torch.testing.assert_close(a, b)
+    assert torch.autograd.gradcheck(lambda t: norm(t), (x,))
+
+
 @pytest.mark.parametrize("flavour,shape", [("layer", (6, 5)), ("layer", (3, 4, 5)), ("batch", (6, 5)),
                                            ("batch", (3, 5, 2, 2))])
 def test_frozen_and_eval_paths_match_the_affine_formula_with_gradients(flavour, shape):

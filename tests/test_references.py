@@ -35,12 +35,24 @@ def test_every_registered_experiment_has_an_entry():
     assert len(COLLECTED) >= 10
 
 
+# Claims added after their experiment's default-scale reference was run: the reference shows
+# "not in the reference run" for them until it is run again (the GPT column of
+# sparse-activations, the frozen-threshold Top-K of sparsity). Each must be listed here.
+NEWER_THAN_REFERENCE = {
+    "sparse-activations/relu2/gpt-layernorm/best-loss",
+    "sparse-activations/gelu/gpt-layernorm/second-best-loss",
+    "sparsity/topk-frozen/matches-exact-topk",
+}
+
+
 def test_every_quick_claim_id_has_a_reference_entry():
     for claim_id in QUICK:
         experiment = claim_id.split("/", 1)[0]
         assert experiment in REFERENCES, claim_id
-        if REFERENCES[experiment]["status"] == REFERENCE:
+        if REFERENCES[experiment]["status"] == REFERENCE and claim_id not in NEWER_THAN_REFERENCE:
             assert claim_id in REFERENCES[experiment]["claims"], claim_id
+    for claim_id in NEWER_THAN_REFERENCE:  # listed only while the reference lacks them
+        assert claim_id in QUICK and claim_id not in REFERENCES[claim_id.split("/")[0]]["claims"]
     # and every experiment's quick claims were collected
     assert {c.split("/", 1)[0] for c in QUICK} == set(BUILT_IN)
 

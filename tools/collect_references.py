@@ -65,6 +65,16 @@ _LM_NOTE = ("default scale: {units} units x about 23.5 min each with two units s
 PENDING: dict[str, tuple[str, str]] = {
     "spikes": ("pending (needs GPU)", _LM_NOTE.format(units=18, hours=3.5, name="spikes")),
     "gated-ffn": ("pending (needs GPU)", _LM_NOTE.format(units=15, hours=3, name="gated-ffn")),
+    "lm-drift": ("pending (not run yet)",
+                 "default scale: 4 units x 2 seeds of 1,000 GPT steps (4 layers x 128) on one "
+                 "core each, about 1.5 h of both cores; not run yet"),
+    "dit-shift": ("pending (not run yet)",
+                  "default scale: 6 units of about 3.7 min of CPU each (3000 steps at 53 ms, "
+                  "4 FID checkpoints of 500 guided DDIM samples), about 22 min on one core; "
+                  "not run yet"),
+    "dit-percentile": ("pending (not run yet)",
+                       "default scale: 18 units of about 4 min of CPU each (9 conditions x 2 "
+                       "seeds), about 75 min on one core; not run yet"),
 }
 # Runs beyond the reference scale that are still to do, per experiment (shown until a
 # ``--full`` run is collected into docs/results/<experiment>/full/).

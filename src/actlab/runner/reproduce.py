@@ -40,8 +40,8 @@ PREFERRED_ORDER = (
     "worked-example", "signal", "pitfalls", "dead-units", "normalization", "init-study",
     "teacher-student", "shift-sweep", "size-sweep", "ablations",
     "drift", "sparsity", "sparse-activations", "relufication", "accumulation-stop",
-    "bias-component", "vit-shift",
-    "lm-shift", "spikes", "gated-ffn", "pretrained-profile", "relufy-pretrained",
+    "bias-component", "vit-shift", "dit-shift", "dit-percentile",
+    "lm-shift", "lm-drift", "spikes", "gated-ffn", "pretrained-profile", "relufy-pretrained",
 )
 
 

@@ -76,8 +76,14 @@ class EMA(Callback):
             else:
                 shadow.mul_(decay).add_(params[name].detach(), alpha=1.0 - decay)
         buffers = dict(model.named_buffers())
-        for name, shadow in self.module.named_buffers():
-            shadow.copy_(buffers[name])
+        for name, shadow in list(self.module.named_buffers()):
+            source = buffers[name]
+            if shadow.shape != source.shape:
+                # a buffer sized on the first batch (PercentileLayerNorm's running statistics)
+                owner, _, leaf = name.rpartition(".")
+                setattr(self.module.get_submodule(owner), leaf, source.detach().clone())
+            else:
+                shadow.copy_(source)
         self.updates += 1
 
     def _follow(self, model: nn.Module) -> None:

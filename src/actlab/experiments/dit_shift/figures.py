@@ -1,0 +1,33 @@
+"""The ``dit-shift`` figures: sample grids, FID over training, residuals, hidden-state means."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import pandas as pd
+
+from actlab.experiments.dit_shift.summary import CONDITIONS, PREFIX
+from actlab.recipes.dit_protocol import (
+    draw_fid_curves,
+    draw_hidden_means,
+    draw_residuals,
+    draw_sample_grids,
+    model_depth,
+)
+from actlab.runner.experiment import RunContext
+
+if TYPE_CHECKING:
+    from actlab.experiments.dit_shift import DiTShiftConfig
+
+
+def draw_figures(
+    config: DiTShiftConfig, table: pd.DataFrame, results: list[dict[str, Any]], ctx: RunContext
+) -> None:
+    """``samples``, ``fid``, ``loss_residuals`` and ``hidden_means``."""
+    if table.empty:
+        return
+    runs = [f"{PREFIX}/{c}" for c in CONDITIONS]
+    draw_sample_grids(results, runs, ctx)
+    draw_fid_curves(table, runs, ctx)
+    draw_residuals(table, runs, f"{PREFIX}/unshifted", ctx)
+    draw_hidden_means(table, runs, model_depth(config), ctx)
