@@ -46,7 +46,6 @@ from actlab.train.loop import Trainer
 from actlab.train.settings import TrainSettings
 
 
-
 @pytest.fixture(autouse=True, scope="module")
 def _one_thread():
     """The Monte Carlo tests on one thread, restored afterwards (a module-level setting would
