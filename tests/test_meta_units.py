@@ -48,7 +48,7 @@ SHORTER: dict[str, dict] = {
     "drift-theory": {"samples": 1000, "chunk": 500, "theory_networks": 2, "cov_networks": 2},
     "accumulation-stop": {"steps": 20, "warmup": 10},
     "relufication": {"steps": 20, "finetune_epochs": 1},
-    "sparsity": {"steps": 20},
+    "sparsity": {"steps": 20, "topk_freeze_after": 10},
     "sparse-activations": {"steps": 20},
     "relufy-pretrained": {"steps": 4, "n_eval_texts": 4, "n_train_texts": 16},
     "pretrained-profile": {"n_texts": 4},
