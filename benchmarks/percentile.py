@@ -47,8 +47,9 @@ import torch
 from torch import Tensor, nn
 
 from actlab.activations import native
-from actlab.experiments.accumulation_stop import norm_spec, throughput
+from actlab.experiments.accumulation_stop import norm_spec
 from actlab.nn.norms import PercentileBatchNorm, PercentileLayerNorm
+from actlab.train.timing import throughput
 
 
 class QuantileReference(nn.Module):

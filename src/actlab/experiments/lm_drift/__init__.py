@@ -23,7 +23,7 @@ activation output's sparsity (``|a| < 1e-7``). The summary keeps the change of e
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -68,10 +68,9 @@ class LMDriftConfig(LMScale):
         if optimizer == "muon":
             return self
         recipe = self.recipe()
-        return type(self)(**{**vars(self), "optimizer": "adamw", "lr": self.adamw_lr,
-                             "schedule": "trapezoid", "warmup": recipe["warmup"],
-                             "warmdown": recipe["warmdown"], "eval_every": recipe["eval_every"],
-                             "weight_decay": 0.0, "grad_clip": 0.0})
+        return replace(self, optimizer="adamw", lr=self.adamw_lr, schedule="trapezoid",
+                       warmup=recipe["warmup"], warmdown=recipe["warmdown"],
+                       eval_every=recipe["eval_every"], weight_decay=0.0, grad_clip=0.0)
 
 
 @register

@@ -17,7 +17,11 @@ from dataclasses import dataclass
 
 from actlab.experiments.spikes.claims import claims
 from actlab.experiments.spikes.figures import draw
-from actlab.experiments.spikes.measures import input_extremes, weight_extremes
+from actlab.experiments.spikes.measures import (
+    extreme_rows,
+    recording_input_extremes,
+    weight_extremes,
+)
 from actlab.experiments.spikes.summary import build_summary
 from actlab.recipes.language_model import (
     LMScale,
@@ -84,14 +88,14 @@ class SpikesExperiment(Experiment):
                 if outcome.status != "ok":
                     continue
                 windows = probe_windows(config, corpus, seed, config.probe_batches, ctx)
-                table = probe_forward(model, windows,
-                                      metrics=("act_range", "act_max", "act_min", "sparsity",
-                                               "preact_neg_frac"))
+                with recording_input_extremes(model) as extremes:  # during the probe's pass
+                    table = probe_forward(model, windows,
+                                          metrics=("act_range", "act_max", "act_min",
+                                                   "sparsity", "preact_neg_frac"))
                 for row in table.itertuples():
                     layer = row.layer.split(".")[1]  # "blocks.<i>.mlp.act" -> "<i>"
                     result.add(spec, seed, outcome.step, layer, row.metric, row.value)
-                for layer, metric, value in (*input_extremes(model, windows),
-                                             *weight_extremes(model)):
+                for layer, metric, value in (*extreme_rows(extremes), *weight_extremes(model)):
                     result.add(spec, seed, outcome.step, layer, metric, value)
         return result
 

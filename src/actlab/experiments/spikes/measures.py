@@ -1,8 +1,9 @@
 """Where the spikes come from: the measurements of "Bug or Feature²" (long version) App. B.3.1,
 Tables 7 and 8, on a trained GPT.
 
-* :func:`input_extremes`: per block, the largest and smallest value entering the attention
-  (``attn.qkv``) and the up-projection (``mlp.up``), pooled over the validation windows. The
+* :func:`input_extremes` (or :func:`recording_input_extremes` around any evaluation pass): per
+  block, the largest and smallest value entering the attention (``attn.qkv``) and the
+  up-projection (``mlp.up``), pooled over the validation windows. The
   down-projection input is the activation output, which the probe measures already.
 * :func:`weight_extremes`: per block and layer type (``qkv``, ``attn_proj``, ``up``,
   ``down``), the standard deviation and the largest and smallest entry of the weight matrix.
@@ -14,6 +15,7 @@ rows of the experiment use.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 
 import torch
 from torch import Tensor, nn
@@ -25,11 +27,12 @@ WEIGHT_KINDS = {"qkv": "attn.qkv", "attn_proj": "attn.proj", "up": "mlp.up", "do
 INPUT_KINDS = {"attn_in": "attn.qkv", "up_in": "mlp.up"}
 
 
-def input_extremes(model: GPT, windows: Sequence[Tensor]) -> Iterator[tuple[str, str, float]]:
-    """Max and min of the inputs of each block's ``attn.qkv`` and ``mlp.up`` over ``windows``,
-    in eval mode without gradients (rows ``(layer, "<kind>_max" | "<kind>_min", value)``)."""
+@contextmanager
+def recording_input_extremes(model: GPT) -> Iterator[dict[tuple[str, str], list[float]]]:
+    """Within the block, every forward pass of ``model`` updates the returned
+    ``{(layer, kind): [min, max]}`` with the inputs of each block's ``attn.qkv`` and
+    ``mlp.up`` (so the probe's own evaluation pass can fill it, with no pass of its own)."""
     extremes: dict[tuple[str, str], list[float]] = {}
-    hooks = []
 
     def record(key: tuple[str, str]):
         def hook(_module: nn.Module, args: tuple[Tensor, ...]) -> None:
@@ -38,23 +41,35 @@ def input_extremes(model: GPT, windows: Sequence[Tensor]) -> Iterator[tuple[str,
             extremes[key] = [min(low, float(x.min())), max(high, float(x.max()))]
         return hook
 
-    for i, block in enumerate(model.blocks):
-        for kind, path in INPUT_KINDS.items():
-            module = block.get_submodule(path)
-            hooks.append(module.register_forward_pre_hook(record((str(i), kind))))
-    was_training = model.training
+    hooks = [block.get_submodule(path).register_forward_pre_hook(record((str(i), kind)))
+             for i, block in enumerate(model.blocks) for kind, path in INPUT_KINDS.items()]
     try:
-        model.eval()
-        with torch.no_grad():
-            for window in windows:
-                model(window)
+        yield extremes
     finally:
         for hook in hooks:
             hook.remove()
-        model.train(was_training)
+
+
+def extreme_rows(extremes: dict[tuple[str, str], list[float]]
+                 ) -> Iterator[tuple[str, str, float]]:
+    """Rows ``(layer, "<kind>_max" | "<kind>_min", value)`` of a recorded ``extremes``."""
     for (layer, kind), (low, high) in extremes.items():
         yield layer, f"{kind}_max", high
         yield layer, f"{kind}_min", low
+
+
+def input_extremes(model: GPT, windows: Sequence[Tensor]) -> Iterator[tuple[str, str, float]]:
+    """Max and min of the inputs of each block's ``attn.qkv`` and ``mlp.up`` over ``windows``,
+    in eval mode without gradients (rows as :func:`extreme_rows`)."""
+    was_training = model.training
+    try:
+        model.eval()
+        with recording_input_extremes(model) as extremes, torch.no_grad():
+            for window in windows:
+                model(window)
+    finally:
+        model.train(was_training)
+    yield from extreme_rows(extremes)
 
 
 def weight_extremes(model: GPT) -> Iterator[tuple[str, str, float]]:

@@ -24,14 +24,13 @@ def build_summary(config: SpikesConfig, table: Any, results: list[dict]) -> dict
         final = rows[rows.metric == "val_loss"].sort_values("step").groupby("seed").value.last()
         ranges = rows[rows.metric == "act_range"]
         per_layer = ranges.groupby("layer").value
-        sparsity = rows[rows.metric == "sparsity"].groupby("layer").value.mean()
         failed = [r for r in results if r["unit"].get("activation") == spec and r["status"] != "ok"]
         summary["activations"][spec] = {
             "val_loss": {"mean": mean_or_nan(final.tolist()), "sd": sd_or_nan(final.tolist()),
                          "per_seed": {str(k): float(v) for k, v in final.items()}},
             "max_range": {k: float(v) for k, v in per_layer.max().items()},
             "range_mean": {k: float(v) for k, v in per_layer.mean().items()},
-            "sparsity": {k: float(v) for k, v in sparsity.items()},
+            "sparsity": _per_layer_mean(rows, "sparsity"),
             "largest_range": float(ranges.value.max()) if len(ranges) else float("nan"),
             "largest_range_per_seed": {str(k): float(v) for k, v in
                                        ranges.groupby("seed").value.max().items()},
