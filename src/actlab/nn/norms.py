@@ -169,13 +169,11 @@ class _PercentileCenterScale(torch.autograd.Function):
             n = x.shape[-1]
             flat = x.reshape(-1, n)
             bshape: list[int] = [*x.shape[:-1], 1]
-            affine_shape = [-1]
         else:
             channels = x.shape[1]
             flat = x.transpose(0, 1).reshape(channels, -1)
             n = flat.shape[1]
             bshape = [1, channels] + [1] * (x.dim() - 2)
-            affine_shape = bshape
         lower, frac = _selection_plan(q, n)
         kernels = native.selection() if native.selection_usable(x) else None
         if kernels is not None:
@@ -189,26 +187,36 @@ class _PercentileCenterScale(torch.autograd.Function):
             return y, center, var.reshape(bshape)
         below, below_idx, above, above_idx = _select_neighbours(flat, lower, frac > 0.0)
         center = torch.lerp(below, above, frac) if frac > 0.0 else below
-        # PyTorch's fused mean-centering norms give (x - mean) * rstd, mean and rstd in one
-        # pass; re-centering at the percentile is one more: x_hat = out + (mean - center) * rstd.
         if layout == "last":
+            # PyTorch's fused LayerNorm gives (x - mean) * rstd, mean and rstd in one pass;
+            # re-centring at the percentile is one more: x_hat = out + (mean - center) * rstd
             out, mean, rstd = torch.native_layer_norm(x, [n], None, None, eps)
+            mean, rstd = mean.reshape(bshape), rstd.reshape(bshape)
+            center_b = center.reshape(bshape)
+            # not addcmul: its fused rounding can push the selected element itself below zero
+            x_hat = out.add_((mean - center_b) * rstd)
+            if weight is not None and bias is not None:
+                y = torch.addcmul(bias, x_hat, weight)
+            elif weight is not None:
+                y = x_hat * weight
+            else:
+                y = x_hat if bias is None else x_hat + bias
+            saved = x_hat
         else:
-            out, mean, rstd = torch.native_batch_norm(x, None, None, None, None, True, 0.0, eps)
-        mean, rstd = mean.reshape(bshape), rstd.reshape(bshape)
+            # per-channel statistics from the (C, N*S) copy the selection made: LayerNorm's
+            # kernel over its rows is 3x faster than BatchNorm's training forward on NCHW,
+            # and the output is then one fused pass of eval-mode BatchNorm with the
+            # percentile as its mean
+            _, mean, rstd = torch.native_layer_norm(flat, [n], None, None, eps)
+            mean, rstd = mean.reshape(bshape), rstd.reshape(bshape)
+            center_b = center.reshape(bshape)
+            y = F.batch_norm(x, center.reshape(-1), (rstd.pow(-2) - eps).reshape(-1), weight,
+                             bias, False, 0.0, eps)
+            saved = x
         var = rstd.pow(-2) - eps
-        center_b = center.reshape(bshape)
-        # not addcmul: its fused rounding can push the selected element itself below zero
-        x_hat = out + (mean - center_b) * rstd
-        if weight is not None and bias is not None:
-            y = torch.addcmul(bias.reshape(affine_shape), x_hat, weight.reshape(affine_shape))
-        elif weight is not None:
-            y = x_hat * weight.reshape(affine_shape)
-        else:
-            y = x_hat if bias is None else x_hat + bias.reshape(affine_shape)
-        ctx.save_for_backward(x_hat, weight, rstd, center_b - mean, below_idx, above_idx)
+        ctx.save_for_backward(saved, weight, rstd, center_b, mean, below_idx, above_idx)
         ctx.mark_non_differentiable(center, var)
-        ctx.meta = (layout, frac, n, x.shape, bias is not None, affine_shape)
+        ctx.meta = (layout, frac, n, x.shape, bias is not None, eps)
         return y, center, var
 
     @staticmethod
@@ -220,55 +228,56 @@ class _PercentileCenterScale(torch.autograd.Function):
                 grad_y, x, weight, center, mean, rstd, below_idx, above_idx, frac,
                 layout == "last", ctx.needs_input_grad[1], ctx.needs_input_grad[2])
             return grad_x, grad_w, grad_b, None, None, None
-        x_hat, weight, rstd, center_minus_mean, below_idx, above_idx = ctx.saved_tensors
-        layout, frac, n, shape, has_bias, affine_shape = ctx.meta
+        saved, weight, rstd, center, mean, below_idx, above_idx = ctx.saved_tensors
+        layout, frac, n, shape, has_bias, eps = ctx.meta
         need_w = weight is not None and ctx.needs_input_grad[1]
         need_b = has_bias and ctx.needs_input_grad[2]
+        need_x = ctx.needs_input_grad[0]
         grad_y = grad_y.contiguous()
-        grad_w = grad_b = None
-        sums = None
+        # With y_hat = (x - center) * rstd and S = sum(g_hat * y_hat) per group, the input
+        # gradient is rstd * (g_hat - y_hat * S / n) - (center - mean) * rstd^2 * S / n, plus
+        # the percentile's term -rstd * sum(g_hat) at the selected elements.
         if layout == "last":
+            x_hat = saved
+            grad_w = grad_b = None
             if need_w or need_b:
-                # sum(grad * x_hat) and sum(grad) over rows in one fused pass: LayerNorm's
-                # backward of x_hat itself (mean 0, rstd 1); `weight` only stands in for the
-                # bias, whose values it does not read
+                # column sums of grad * x_hat and grad in one fused pass: LayerNorm's backward
+                # of x_hat itself (mean 0, rstd 1); `weight` stands in for the bias, whose
+                # values it does not read
                 rows = (*shape[:-1], 1)
                 _, grad_w, grad_b = torch.ops.aten.native_layer_norm_backward(
                     grad_y, x_hat, [n], x_hat.new_zeros(rows), x_hat.new_ones(rows),
                     weight, weight, [False, need_w, need_b])
-        elif weight is not None or has_bias:
-            # per-channel sums are both the affine gradients and (times w) the sums the input
-            # gradient needs: BatchNorm's backward of x_hat (mean 0, invstd 1), one pass
-            ones = x_hat.new_ones(shape[1])
-            _, s_gx, s_g = torch.ops.aten.native_batch_norm_backward(
-                grad_y, x_hat, None, None, None, x_hat.new_zeros(shape[1]), ones, True, 0.0,
-                [False, True, True])
+            if not need_x:
+                return None, grad_w, grad_b, None, None, None
+            g_hat = grad_y * weight if weight is not None else grad_y.clone()
+            sum_g = g_hat.sum(-1, keepdim=True)
+            a = (g_hat * x_hat).sum(-1, keepdim=True).mul_(1.0 / n)
+            # binary ops only: ternary ones (addcmul) with a per-row operand run 4x slower
+            grad_x = g_hat.sub_(x_hat * a).sub_((center - mean) * rstd * a).mul_(rstd)
+        else:
+            # eval-style BatchNorm backward with the percentile as the saved mean: one pass
+            # gives w * rstd * (g - mean(g) - y_hat * mean(g * y_hat)) and the per-channel
+            # sums sum(g * y_hat), sum(g), which are the affine gradients and, times w, the
+            # sums the input gradient needs
+            w = weight if weight is not None else rstd.new_ones(shape[1])
+            grad_x, s_gx, s_g = torch.ops.aten.native_batch_norm_backward(
+                grad_y, saved, w, None, None, center.reshape(-1), rstd.reshape(-1), True,
+                eps, [need_x, True, True])
             grad_w = s_gx if need_w else None
             grad_b = s_g if need_b else None
-            sums = (s_g, s_gx)
-        grad_x = None
-        if ctx.needs_input_grad[0]:
-            g_hat = grad_y * weight.reshape(affine_shape) if weight is not None else grad_y
-            if layout == "last":
-                sum_g = g_hat.sum(-1, keepdim=True)
-                sum_gx = torch.linalg.vecdot(g_hat, x_hat).unsqueeze(-1)
-            elif sums is not None:
-                w = weight if weight is not None else 1.0
-                sum_g, sum_gx = (v.mul(w).reshape(affine_shape) for v in sums)
-            else:
-                dims = [0, *range(2, len(shape))]
-                sum_g = g_hat.sum(dims, keepdim=True)
-                sum_gx = (g_hat * x_hat).sum(dims, keepdim=True)
-            # (g_hat - (x - mean) * rstd * sum_gx / n) * rstd with (x - mean) * rstd =
-            # x_hat + (center - mean) * rstd: two fused passes, the rest per group
-            a = sum_gx * (rstd / n)
-            grad_x = torch.addcmul(-(center_minus_mean * rstd * a), g_hat, rstd)
-            grad_x.addcmul_(x_hat, a, value=-1.0)
-            # the percentile term reaches only the selected elements
-            coef = -(sum_g * rstd).reshape(-1, 1)
-            _scatter_selected(grad_x, layout, below_idx, coef * (1.0 - frac))
-            if frac > 0.0:
-                _scatter_selected(grad_x, layout, above_idx, coef * frac)
+            if not need_x:
+                return None, grad_w, grad_b, None, None, None
+            bshape = center.shape
+            wb = w.reshape(bshape)
+            sum_g = s_g.reshape(bshape) * wb
+            grad_x.add_(rstd * wb * (s_g.reshape(bshape) - (center - mean) * rstd
+                                     * s_gx.reshape(bshape)) / n)
+        # the percentile term reaches only the selected elements
+        coef = -(sum_g * rstd).reshape(-1, 1)
+        _scatter_selected(grad_x, layout, below_idx, coef * (1.0 - frac))
+        if frac > 0.0:
+            _scatter_selected(grad_x, layout, above_idx, coef * frac)
         return grad_x, grad_w, grad_b, None, None, None
 
 
@@ -297,13 +306,17 @@ class _FrozenRows(torch.autograd.Function):
                 bias: Tensor | None, eps: float) -> Tensor:  # noqa: D102
         rstd = torch.rsqrt(var + eps)
         scale = rstd * weight if weight is not None else rstd
-        shift = bias - center * scale if bias is not None else -center * scale
+        if bias is not None:
+            shift = torch.addcmul(bias, center, scale, value=-1.0)
+        else:
+            shift = -center * scale
         ctx.save_for_backward(x, center, rstd, scale, weight, bias)
         return torch.addcmul(shift, x, scale)
 
     @staticmethod
     def backward(ctx, grad: Tensor):  # noqa: D102
         x, center, rstd, scale, weight, bias = ctx.saved_tensors
+        grad = grad.contiguous()
         grad_x = grad * scale if ctx.needs_input_grad[0] else None
         grad_w = grad_b = None
         mask = [False, weight is not None and ctx.needs_input_grad[3],
@@ -311,10 +324,16 @@ class _FrozenRows(torch.autograd.Function):
         if mask[1] or mask[2]:
             rows = (*x.shape[:-1], 1)
             _, grad_w, grad_b = torch.ops.aten.native_layer_norm_backward(
-                grad.contiguous(), x.contiguous(), [x.shape[-1]],
-                center.expand(rows).contiguous(), rstd.expand(rows).contiguous(),
-                weight, bias, mask)
+                grad, x.contiguous(), [x.shape[-1]], center.expand(rows).contiguous(),
+                rstd.expand(rows).contiguous(), weight, bias, mask)
         return grad_x, None, None, grad_w, grad_b, None
+
+
+# Below this many elements, per-call overhead dominates the frozen map: eval-mode BatchNorm
+# (one ATen op, C++ backward) beats _FrozenRows (a Python autograd function), 0.84x against
+# 0.55x LayerNorm's speed at (128, 128); above, _FrozenRows' lighter backward wins (1.15-1.3x
+# against 0.85-0.92x at (256, 1024) and (4096, 1024); benchmarks/percentile.py).
+_FROZEN_ROWS_MIN_NUMEL = 1 << 16
 
 
 def _scatter_selected(grad_x: Tensor, layout: str, idx: Tensor, values: Tensor) -> None:
@@ -454,10 +473,10 @@ class PercentileLayerNorm(_PercentileNorm):
         if x.shape[-1] != self.num_features:
             raise ValueError(f"expected last dim {self.num_features}, got {tuple(x.shape)}")
         if self.frozen:
-            if x.dim() == 2 and self.running_center.numel() == 1:
-                # one statistic for all rows, a per-feature map: eval-mode BatchNorm is one
-                # fused op with a C++ backward (measured as fast as _FrozenRows on (256, 1024),
-                # 1.7x faster on (128, 128), where per-call overhead dominates)
+            if (x.dim() == 2 and self.running_center.numel() == 1
+                    and x.numel() < _FROZEN_ROWS_MIN_NUMEL):
+                # one statistic for all rows, a per-feature map: on small inputs eval-mode
+                # BatchNorm, one fused op with a C++ backward, has the least overhead
                 return _frozen_affine(x, self.running_center.expand(self.num_features),
                                       self.running_var.expand(self.num_features),
                                       self.weight, self.bias, self.eps)
