@@ -142,3 +142,29 @@ def test_bad_configs_name_the_field() -> None:
     assert err.value.field == "n_head"
     with pytest.raises(ValueError, match="block_size"):
         GPT(GPTConfig(**TINY))(torch.zeros(1, 13, dtype=torch.long))
+
+
+def test_mlp_norm_centres_each_token_before_the_activation() -> None:
+    # Percentile Centering between up-projection and ReLU zeroes floor(q (m - 1)) + 1 of the
+    # m inputs of every token (no learned shift): the ones below the interpolated percentile
+    torch.manual_seed(0)
+    config = GPTConfig(**TINY, activation="relu", mlp_norm="percentile:q=0.7", mlp_norm_bias=False)
+    model = GPT(config)
+    mlp = model.blocks[0].mlp
+    assert mlp.norm.bias is None and mlp.norm.q == 0.7
+    seen = {}
+    mlp.act.register_forward_hook(lambda mod, inp, out: seen.update(x=inp[0], y=out))
+    idx = torch.randint(0, TINY["vocab_size"], (3, TINY["block_size"]))
+    logits, _ = model(idx)
+    assert seen["x"].shape[-1] == config.hidden
+    zeros = (seen["y"] == 0).sum(-1)
+    assert (zeros == math.floor(0.7 * (config.hidden - 1)) + 1).all()
+    # gradients reach the up-projection through the norm
+    logits.sum().backward()
+    assert mlp.up.weight.grad is not None and mlp.up.weight.grad.abs().sum() > 0
+    with pytest.raises(ConfigError) as err:
+        GPTConfig(mlp_norm="percentil:q=0.7")
+    assert err.value.field == "mlp_norm"
+    with pytest.raises(ConfigError) as err:
+        GPTConfig(ffn="swiglu", mlp_norm="percentile:q=0.7")
+    assert err.value.field == "mlp_norm" and "plain" in str(err.value)

@@ -86,10 +86,12 @@ def test_all_zero_ffn() -> None:
         assert (sparse_ffn(ffn, x) - ffn(x)).abs().max() <= ATOL
 
 
-@pytest.mark.parametrize("act", ["relu", "relu2"])
-def test_gpt_context_matches_dense_and_restores(act: str) -> None:
+@pytest.mark.parametrize("act,mlp_norm", [("relu", "none"), ("relu2", "none"),
+                                          ("relu", "percentile:q=0.7")])
+def test_gpt_context_matches_dense_and_restores(act: str, mlp_norm: str) -> None:
     torch.manual_seed(0)
-    model = GPT(GPTConfig(n_layer=2, n_embd=32, n_head=2, block_size=16, activation=act)).eval()
+    model = GPT(GPTConfig(n_layer=2, n_embd=32, n_head=2, block_size=16, activation=act,
+                          mlp_norm=mlp_norm)).eval()
     idx = torch.randint(0, 256, (2, 16))
     with torch.no_grad():
         dense, _ = model(idx)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import sys
 from pathlib import Path
 
@@ -54,6 +55,51 @@ def test_sparsity_points_fit_and_claims(tmp_path):
     assert any("Percentile Centering" in c.claim for c in exp.claims(summary))
     assert (tmp_path / "figures" / "sparsity_cliff.png").exists()
     assert (tmp_path / "figures" / "topk_frozen_kept.png").exists()
+
+
+def test_sparsity_gpt_rows_loss_shares_flat_region_and_claims(tmp_path):
+    exp, summary = _run("sparsity", {"models": "gpt", "frozen_models": "gpt",
+                                     "gpt_percentile_levels": "0.3,0.7", "gpt_topk_levels": "0.7,0.3",
+                                     "topk_freeze_after": 4, "gpt_steps": 8, "gpt_n_layer": 1,
+                                     "gpt_n_embd": 32, "gpt_block_size": 16, "gpt_batch_size": 4,
+                                     "gpt_probe_batches": 1}, tmp_path)
+    assert summary["points"] == [] and summary["A"] is None  # no accuracies, no cliff fit
+    gpt = summary["gpt"]
+    points = {(p["method"], p["level"]): p for p in gpt["points"]}
+    assert set(points) == {(m, lv) for m in ("percentile", "topk", "topk-frozen") for lv in (0.3, 0.7)
+                           if not (m == "percentile" and lv not in (0.3, 0.7))}
+    hidden = 4 * 32
+    for (method, level), p in points.items():
+        assert math.isfinite(p["loss"]) and 0 < p["loss"] < math.log(256) + 1
+        if method == "percentile":
+            # per token, floor(q (m - 1)) + 1 inputs fall below the percentile and ReLU zeroes them
+            share = (math.floor(level * (hidden - 1)) + 1) / hidden
+            assert p["neg_frac"] == pytest.approx(share, abs=1e-6)
+            assert p["sparsity"] == pytest.approx(share, abs=1e-6)
+            assert p["target"] == level
+        elif method == "topk":  # exact Top-K keeps ceil(K m) GELU outputs per token
+            assert p["sparsity"] == pytest.approx(1 - math.ceil(level * hidden) / hidden, abs=1e-6)
+            assert p["target"] == pytest.approx(1 - level)
+    exact = [p for p in gpt["points"] if p["method"] != "topk-frozen"]
+    inside = [p["loss"] for p in exact if 0.09 <= p["sparsity"] <= 0.79]
+    assert gpt["flat_range_rise"] == pytest.approx(max(inside) - min(inside))
+    assert gpt["flat_width"] == 0 or gpt["flat_from"] < gpt["flat_until"]
+    best = min(p["loss"] for p in exact)
+    if gpt["flat_from"] is not None:
+        flat = [p for p in exact if gpt["flat_from"] - 1e-6 <= p["sparsity"] <= gpt["flat_until"] + 1e-6]
+        assert flat and all(p["loss"] <= best + gpt["tolerance"] for p in flat)
+    for pair in gpt["frozen_pairs"]:
+        ref = points[("topk", pair["level"])]
+        assert pair["difference"] == pytest.approx(points[("topk-frozen", pair["level"])]["loss"]
+                                                   - ref["loss"])
+    ids = {c.id for c in exp.claims(summary)}
+    assert {"sparsity/gpt/loss-flat-11-to-77", "sparsity/gpt/methods-match-sparsity",
+            "sparsity/gpt/methods-match-neg-frac",
+            "sparsity/gpt-topk-frozen/matches-exact-topk"} <= ids
+    assert (tmp_path / "figures" / "sparsity_gpt.png").exists()
+    with pytest.raises(ConfigError, match="gpt_steps"):
+        build_config(exp.Config, {"models": "gpt", "frozen_models": "gpt", "gpt_steps": 10,
+                                  "topk_freeze_after": 10})
 
 
 def test_sparse_activations_table_with_two_seeds(tmp_path):

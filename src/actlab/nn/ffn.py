@@ -19,7 +19,7 @@ from torch import Tensor, nn
 
 from actlab.activations.spec import activation, make_activation
 from actlab.errors import ConfigError, config_check, did_you_mean
-from actlab.nn.norms import parse_norm
+from actlab.nn.norms import make_norm, parse_norm
 
 __all__ = [
     "FFN",
@@ -58,7 +58,7 @@ def checked_block_parts(ffn: str, norm: str, activation_spec: str | None = None)
 
 
 class FFN(nn.Module):
-    """Plain two-layer feed-forward block ``down(act(up(x)))``.
+    """Plain two-layer feed-forward block ``down(act(norm(up(x))))``.
 
     Args:
         d_model: input and output width d.
@@ -66,19 +66,24 @@ class FFN(nn.Module):
         activation: any activation spec string (see :func:`actlab.activation`) or a module
             (deep-copied, see :func:`~actlab.activations.spec.make_activation`).
         bias: biases on both projections.
+        norm: a :func:`~actlab.nn.norms.make_norm` name for a norm over the m pre-activations
+            of each token (``"none"``: no norm); ``"percentile:q=0.7"`` is Percentile
+            Centering, which sets the activation's sparsity ("Bug or Feature²" §4).
+        norm_bias: the norm's learned shift (off keeps a Percentile Centering level fixed).
     """
 
     def __init__(self, d_model: int, hidden: int, activation: str | nn.Module = "gelu",
-                 bias: bool = True) -> None:
+                 bias: bool = True, norm: str = "none", norm_bias: bool = True) -> None:
         super().__init__()
         _check_widths(d_model, hidden)
         self.up = nn.Linear(d_model, hidden, bias=bias)
+        self.norm = make_norm(norm, hidden, bias=norm_bias)
         self.act = make_activation(activation)
         self.down = nn.Linear(hidden, d_model, bias=bias)
 
     def forward(self, x: Tensor) -> Tensor:
         """Apply the block to ``x`` of shape (..., d_model)."""
-        return self.down(self.act(self.up(x)))
+        return self.down(self.act(self.norm(self.up(x))))
 
 
 class GatedFFN(nn.Module):

@@ -12,6 +12,9 @@ tied to the token embedding. What the experiments vary is explicit in :class:`GP
   same parameter count; the gated kind fixes the gate activation and ``activation`` is unused;
 * ``norm``: ``"layernorm" | "rmsnorm" | "percentile" | "none"`` (any name
   :func:`~actlab.nn.norms.make_norm` accepts, options included: ``"percentile:q=0.7"``);
+* ``mlp_norm``: a norm between the plain FFN's up-projection and its activation (``"none"``
+  by default); ``"percentile:q=0.7"`` with ``mlp_norm_bias=False`` zeroes 70 % of a ReLU's
+  inputs per token, the Percentile Centering of "Bug or Feature²" §4 in a GPT;
 * ``positions``: ``"learned"`` (a ``block_size x n_embd`` embedding added to the tokens, as in
   nanoGPT) or ``"rotary"`` (no position parameters: queries and keys of every head rotated by
   position, the first half of each head's channels paired with the second, base 10,000, as
@@ -32,7 +35,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from actlab.errors import ConfigError
+from actlab.errors import ConfigError, config_check
 from actlab.nn.ffn import (
     FFN,
     FFN_KINDS,
@@ -43,7 +46,7 @@ from actlab.nn.ffn import (
     ffn_param_count,
     matched_width,
 )
-from actlab.nn.norms import make_norm
+from actlab.nn.norms import make_norm, parse_norm
 
 __all__ = ["FFN_KINDS", "GPT", "GPTConfig", "POSITIONS"]
 
@@ -72,6 +75,8 @@ class GPTConfig:
     multiple_of: int = 1
     init_std: float = 0.02
     positions: str = "learned"
+    mlp_norm: str = "none"
+    mlp_norm_bias: bool = True
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "block_size", "n_layer", "n_head", "n_embd", "multiple_of"):
@@ -93,6 +98,9 @@ class GPTConfig:
             raise ConfigError("n_head", f"rotary positions need an even head width, got "
                                         f"{self.n_embd} / {self.n_head}")
         self.ffn = checked_block_parts(self.ffn, self.norm)
+        config_check("mlp_norm", parse_norm, self.mlp_norm)
+        if self.gated and parse_norm(self.mlp_norm)[0] != "none":
+            raise ConfigError("mlp_norm", f"applies to the plain FFN only, got ffn={self.ffn!r}")
 
     @property
     def gated(self) -> bool:
@@ -166,7 +174,8 @@ class Block(nn.Module):
             self.mlp: nn.Module = GatedFFN(config.n_embd, config.hidden, GATE_KINDS[config.ffn],
                                            bias=config.bias)
         else:
-            self.mlp = FFN(config.n_embd, config.hidden, config.activation, bias=config.bias)
+            self.mlp = FFN(config.n_embd, config.hidden, config.activation, bias=config.bias,
+                           norm=config.mlp_norm, norm_bias=config.mlp_norm_bias)
         self.mlp_dropout = nn.Dropout(config.dropout)
 
     def forward(self, x: Tensor) -> Tensor:

@@ -130,7 +130,7 @@ def sparse_ffn(
     """Forward of an actlab :class:`~actlab.nn.ffn.FFN` or :class:`~actlab.nn.ffn.GatedFFN`
     on ``x`` (..., d) that skips inactive neurons of the down-projection.
 
-    Plain: ``h = act(up(x))``, then :func:`sparse_down`. Gated: the gate ``act(gate_proj(x))``
+    Plain: ``h = act(norm(up(x)))``, then :func:`sparse_down`. Gated: the gate ``act(gate_proj(x))``
     is computed in full; ``up`` only for the union of neurons whose gate is non-zero (the
     product is zero elsewhere), so the up projection is skipped there too (``"union"``; the
     ``"per_token"`` method computes ``up`` in full). ``down_t`` is an optional cached
@@ -161,7 +161,7 @@ def sparse_ffn(
         if down.bias is not None:
             out = out + down.bias
         return out.reshape(*lead, down.out_features)
-    h = ffn.act(ffn.up(x))
+    h = ffn.act(ffn.norm(ffn.up(x)))
     return sparse_down(h, down.weight, down.bias, weight_t=down_t, method=method)
 
 

@@ -23,9 +23,9 @@ import pandas as pd
 from actlab.errors import ConfigError, config_check
 from actlab.experiments.sparse_activations.claims import claims as summary_claims
 from actlab.experiments.sparse_activations.figures import draw_figures
-from actlab.experiments.sparse_activations.gpt_column import run_gpt_cell
 from actlab.experiments.sparse_activations.summary import CLASSIFIER_METRICS, build_summary
 from actlab.nn.classifiers import MODEL_KINDS
+from actlab.recipes.gpt_cell import GPTCellFields, run_gpt_cell
 from actlab.recipes.image_classifier import (
     adam_settings,
     check_cifar_dir,
@@ -33,7 +33,6 @@ from actlab.recipes.image_classifier import (
     load_config_data,
     record_diverged,
 )
-from actlab.recipes.language_model import LMScale
 from actlab.runner.experiment import (
     STATUS_OK,
     Claim,
@@ -43,7 +42,7 @@ from actlab.runner.experiment import (
     UnitResult,
     register,
 )
-from actlab.runner.fields import CheckedConfig, checked
+from actlab.runner.fields import checked
 from actlab.train.supervised import torch_threads
 
 ACTIVATIONS = ["relu", "gelu", "silu", "relu2", "gelu2", "relu2:clip=15", "relu2:clip=50",
@@ -77,7 +76,7 @@ def setup_model_args(setup: str) -> dict[str, Any]:
 
 
 @dataclass
-class SparseActivationsConfig(CheckedConfig):
+class SparseActivationsConfig(GPTCellFields):
     """Activations, model/norm setups and training."""
 
     activations: list[str] = checked(default_factory=lambda: list(ACTIVATIONS), spec="activation",
@@ -90,15 +89,7 @@ class SparseActivationsConfig(CheckedConfig):
     cifar_limit: int = checked(0, ge=0)  # first N CIFAR training images (0: all)
     vit_lr: float = checked(3e-3, gt=0)
     threads: int = checked(1, ge=1)
-    # the GPT column (setups "gpt:<norm>"): the language-model recipe at this size
-    gpt_steps: int = checked(600, ge=1)
-    gpt_n_layer: int = checked(4, ge=1)
-    gpt_n_embd: int = checked(128, ge=1)
-    gpt_block_size: int = checked(128, ge=2)
-    gpt_batch_size: int = checked(32, ge=1)
-    gpt_optimizer: str = "muon"
-    gpt_data: str = "stdlib"
-    gpt_probe_batches: int = checked(4, ge=1)
+    # the GPT column (setups "gpt:<norm>"): the inherited gpt_* fields
 
     def check(self) -> None:
         """The CIFAR folder, every setup's model and norm, and the GPT column's scale."""
@@ -107,15 +98,6 @@ class SparseActivationsConfig(CheckedConfig):
             model, norm = parse_setup(setup)
             if model == GPT:
                 self.lm_scale(norm)
-
-    def lm_scale(self, norm: str) -> LMScale:
-        """The language-model scale of the GPT column with the blocks' ``norm``."""
-        return config_check("gpt_*", LMScale, data=self.gpt_data, n_layer=self.gpt_n_layer,
-                            n_head=max(1, self.gpt_n_embd // 32), n_embd=self.gpt_n_embd,
-                            block_size=self.gpt_block_size, batch_size=self.gpt_batch_size,
-                            steps=self.gpt_steps, optimizer=self.gpt_optimizer, norm=norm,
-                            eval_batches=self.gpt_probe_batches, threads=self.threads,
-                            compile_model="off")
 
 
 @register
@@ -149,7 +131,8 @@ class SparseActivations(Experiment):
         model_kind, norm = parse_setup(unit["setup"])
         run = f"{unit['setup']}/{unit['activation']}"
         if model_kind == GPT:
-            return run_gpt_cell(config.lm_scale(norm), unit["activation"], run, seeds, ctx)
+            return run_gpt_cell(config.lm_scale(norm), run, seeds, ctx,
+                                activation=unit["activation"])
         data = load_config_data(config)
         settings = adam_settings(config, model_kind)
         with torch_threads(config.threads):

@@ -12,8 +12,11 @@
 
 on four CPU-scale models trained on scikit-learn's digits: the paper's MLP, the MLP with
 skips, a small ResNet (BatchNorm flavour of the percentile norm) and a small ViT (the
-percentile norm inside its MLPs). Each point records test accuracy, the share of negative
-activation inputs and the measured sparsity (``|a| < 1e-7``). Accuracies are normalised by
+percentile norm inside its MLPs); and, as the GPT rows of Tables 4/5 (App. B.2), a byte-level
+GPT (model ``gpt``, the ``gpt_*`` fields and levels) trained with the language-model recipe,
+Percentile Centering per token between its FFN's up-projection and a ReLU (``mlp_norm``, no
+learned shift), Top-K on its GELU. Each point records test accuracy (the GPT: validation
+loss), the share of negative activation inputs and the measured sparsity (``|a| < 1e-7``). Accuracies are normalised by
 the best of their (model, method) group and ``a(s) = A - B s^N`` is fitted to all points
 (:func:`actlab.theory.fit.fit_cliff`); ``cliff_sparsity`` is where the fit is 10% below A.
 The frozen-threshold points stay out of the fit; they are compared with exact Top-K at the
@@ -21,6 +24,14 @@ same (model, level): accuracy difference within ``frozen_tolerance``, a toleranc
 the config before any run (ours: about two binomial standard errors of a difference of two
 accuracies near 90% on the 359 digits test images, 2 * sqrt(2 * 0.9 * 0.1 / 359) = 0.045,
 rounded up to 0.05), and the kept fraction over training against K.
+
+The GPT points have a loss, not an accuracy, so they stay out of the fit too; their summary
+(``gpt``) gives the loss against sparsity per method, the rise of the loss between 11 % and
+77 % sparsity (the paper's flat range), the width of the flat region (how far above the least
+sparse point the loss stays within ``gpt_loss_tolerance`` of its minimum) and, for the
+frozen-threshold Top-K, the loss difference to exact Top-K. ``gpt_loss_tolerance`` is ours,
+fixed before any run: 0.02 nats, about twice the seed-to-seed sd of the validation loss of
+our GPTs at these sizes (0.005-0.014 nats in ``gated-ffn`` and ``lm-shift``).
 """
 
 from __future__ import annotations
@@ -31,10 +42,12 @@ from typing import Any
 import pandas as pd
 
 from actlab.errors import ConfigError
+from actlab.experiments.sparsity.claims import GPT
 from actlab.experiments.sparsity.claims import claims as summary_claims
 from actlab.experiments.sparsity.figures import draw_figures
 from actlab.experiments.sparsity.summary import build_summary
 from actlab.nn.classifiers import MODEL_KINDS
+from actlab.recipes.gpt_cell import GPTCellFields, run_gpt_cell
 from actlab.recipes.image_classifier import (
     adam_settings,
     check_cifar_dir,
@@ -51,15 +64,17 @@ from actlab.runner.experiment import (
     UnitResult,
     register,
 )
-from actlab.runner.fields import CheckedConfig, checked
+from actlab.runner.fields import checked
 from actlab.train.supervised import torch_threads
+
+MODELS = (*MODEL_KINDS, GPT)
 
 
 @dataclass
-class SparsityConfig(CheckedConfig):
+class SparsityConfig(GPTCellFields):
     """Models, levels and training of the sparsity sweep."""
 
-    models: list[str] = checked(default_factory=lambda: list(MODEL_KINDS), choices=MODEL_KINDS,
+    models: list[str] = checked(default_factory=lambda: list(MODELS), choices=MODELS,
                                 nonempty=True)
     percentile_levels: list[float] = checked(
         default_factory=lambda: [0.1, 0.3, 0.5, 0.7, 0.8, 0.9, 0.95, 0.98], gt=0, lt=1)
@@ -73,17 +88,29 @@ class SparsityConfig(CheckedConfig):
     vit_lr: float = checked(3e-3, gt=0)
     threads: int = checked(1, ge=1)
     # the frozen-threshold Top-K variant (see the module docstring)
-    frozen_models: list[str] = checked(default_factory=lambda: list(MODEL_KINDS),
-                                       choices=MODEL_KINDS)
+    frozen_models: list[str] = checked(default_factory=lambda: list(MODELS), choices=MODELS)
     topk_freeze_after: int = checked(100, ge=1)
     frozen_tolerance: float = checked(0.05, gt=0)  # fixed before any run
+    # the GPT rows (model "gpt"): levels around the paper's 11 % to 77 % flat range and 90 %
+    gpt_percentile_levels: list[float] = checked(
+        default_factory=lambda: [0.11, 0.3, 0.5, 0.77, 0.9], gt=0, lt=1)
+    gpt_topk_levels: list[float] = checked(default_factory=lambda: [0.89, 0.5, 0.23, 0.1],
+                                           gt=0, lt=1)
+    gpt_loss_tolerance: float = checked(0.02, gt=0)  # nats; ours, fixed before any run
 
     def check(self) -> None:
-        """The CIFAR folder, enough points in all to fit the cliff, a warm-up within training."""
+        """The CIFAR folder, enough points in all to fit the cliff, a warm-up within training,
+        the GPT rows' scale."""
         check_cifar_dir(self.cifar_dir)
-        if self.frozen_models and self.topk_freeze_after >= self.steps:
+        classifiers = [m for m in self.frozen_models if m != GPT]
+        if classifiers and self.topk_freeze_after >= self.steps:
             raise ConfigError("topk_freeze_after", f"must be below steps={self.steps}, got "
                                                    f"{self.topk_freeze_after}")
+        if GPT in self.frozen_models and self.topk_freeze_after >= self.gpt_steps:
+            raise ConfigError("topk_freeze_after", f"must be below gpt_steps={self.gpt_steps}, "
+                                                   f"got {self.topk_freeze_after}")
+        if GPT in self.models:
+            self.lm_scale()
         if len(self.percentile_levels) + len(self.topk_levels) < 3:
             raise ConfigError("percentile_levels", "need at least 3 points in all to fit the cliff")
 
@@ -97,6 +124,16 @@ def point_model_args(method: str, level: float, freeze_after: int | None = None)
     if method == "topk-frozen":
         spec += f":freeze_after={freeze_after}"
     return {"activation": spec, "pre_norm": None, "norm_bias": True}
+
+
+def gpt_point_args(method: str, level: float, freeze_after: int | None = None
+                   ) -> dict[str, Any]:
+    """:class:`~actlab.nn.gpt.GPTConfig` overrides of one GPT point: Percentile Centering per
+    token before a ReLU (no learned shift), or GELU with (frozen-threshold) Top-K."""
+    if method == "percentile":
+        return {"activation": "relu", "mlp_norm": f"percentile:q={level:g}",
+                "mlp_norm_bias": False}
+    return {"activation": point_model_args(method, level, freeze_after)["activation"]}
 
 
 def record_kept_fraction(model: Any) -> list[list[float]]:
@@ -122,34 +159,45 @@ class Sparsity(Experiment):
     name = "sparsity"
     headline_figure = "sparsity_cliff"
     description = ("Accuracy against Percentile-Centering and Top-K sparsity on MLP, MLP+skip, "
-                   "ResNet and ViT (digits), with the a(s) = A - B s^N cliff fit "
-                   "(\"Bug or Feature²\" §4)")
+                   "ResNet and ViT (digits), with the a(s) = A - B s^N cliff fit, and a GPT's "
+                   "loss against sparsity (\"Bug or Feature²\" §4, App. B.2)")
     Config = SparsityConfig
     quick = {"steps": 150, "percentile_levels": [0.5, 0.7, 0.85, 0.95],
-             "topk_levels": [0.5, 0.2, 0.1, 0.03], "frozen_models": ["mlp"],
-             "topk_freeze_after": 30}
+             "topk_levels": [0.5, 0.2, 0.1, 0.03], "frozen_models": ["mlp", GPT],
+             "topk_freeze_after": 30, "gpt_steps": 60, "gpt_n_layer": 1, "gpt_n_embd": 32,
+             "gpt_block_size": 32, "gpt_batch_size": 8, "gpt_probe_batches": 2,
+             "gpt_percentile_levels": [0.11, 0.77, 0.9], "gpt_topk_levels": [0.5, 0.1]}
     full = {"steps": 1500, "topk_freeze_after": 300}
     default_seeds = 1
     seeds_per_unit = 1
 
     def units(self, config: SparsityConfig) -> list[dict[str, Any]]:
         """One unit per (model, method, level)."""
+        def levels(model: str) -> tuple[list[float], list[float]]:
+            if model == GPT:
+                return config.gpt_percentile_levels, config.gpt_topk_levels
+            return config.percentile_levels, config.topk_levels
+
         units = [{"model": model, "method": method, "level": level}
                  for model in config.models
-                 for method, levels in (("percentile", config.percentile_levels),
-                                        ("topk", config.topk_levels))
-                 for level in levels]
+                 for method, method_levels in zip(("percentile", "topk"), levels(model))
+                 for level in method_levels]
         return units + [{"model": model, "method": "topk-frozen", "level": level}
                         for model in config.models if model in config.frozen_models
-                        for level in config.topk_levels]
+                        for level in levels(model)[1]]
 
     def run_unit(self, config: SparsityConfig, unit: dict[str, Any], seeds: list[int],
                  ctx: UnitContext) -> UnitResult:
-        """Train the point's model per seed; rows accuracy, neg_frac, sparsity."""
+        """Train the point's model per seed; rows accuracy (the GPT: test_loss), neg_frac,
+        sparsity."""
         from actlab.nn.classifiers import build_classifier
 
-        result = UnitResult()
         run = f"{unit['model']}/{unit['method']}/{unit['level']:g}"
+        if unit["model"] == GPT:
+            return run_gpt_cell(config.lm_scale(), run, seeds, ctx,
+                                **gpt_point_args(unit["method"], unit["level"],
+                                                 config.topk_freeze_after))
+        result = UnitResult()
         data = load_config_data(config)
         settings = adam_settings(config, unit["model"])
         with torch_threads(config.threads):
@@ -178,5 +226,5 @@ class Sparsity(Experiment):
 
     def claims(self, summary: dict) -> list[Claim]:
         """The cliff, the plateau, skip robustness, Percentile Centering sets the level, the
-        frozen Top-K threshold matches exact Top-K."""
+        frozen Top-K threshold matches exact Top-K; the GPT's flat loss and its rise at 90 %."""
         return summary_claims(summary)

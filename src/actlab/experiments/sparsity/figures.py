@@ -14,10 +14,12 @@ from actlab.runner.experiment import RunContext
 def draw_figures(summary: dict[str, Any], ctx: RunContext) -> None:
     """``sparsity_cliff``: every point by model and method and the fitted curve (only when the
     summary holds a fit, i.e. has ``n_points``); ``topk_frozen_kept``: the kept fraction of
-    the frozen-threshold Top-K over training against K (when it ran)."""
+    the frozen-threshold Top-K over training against K (when it ran); ``sparsity_gpt``: the
+    GPT's loss against sparsity (when it ran)."""
     from actlab.theory.fit import CliffFit
 
     draw_frozen_kept(summary.get("frozen_topk") or {}, ctx)
+    draw_gpt(summary.get("gpt") or {}, ctx)
     if "n_points" not in summary:
         return
     fit = CliffFit(summary["A"], summary["B"], summary["N"], summary["r2"],
@@ -62,3 +64,28 @@ def draw_frozen_kept(frozen: dict[str, Any], ctx: RunContext) -> None:
     ax.set_yscale("log")
     ax.legend(fontsize=6, ncol=2)
     ctx.save_figure(fig, "topk_frozen_kept")
+
+
+def draw_gpt(gpt: dict[str, Any], ctx: RunContext) -> None:
+    """``sparsity_gpt``: the GPT's validation loss against measured sparsity per method, the
+    paper's flat range (11-77 %) shaded, the flat region's tolerance above the best loss
+    dashed."""
+    points = gpt.get("points") or []
+    if not points:
+        return
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    lo, hi = gpt["flat_range"]
+    ax.axvspan(lo, hi, color="0.9", label=f"paper's flat range {lo:.0%}-{hi:.0%}")
+    for method, marker in (("percentile", "o-"), ("topk", "^-"), ("topk-frozen", "v--")):
+        sel = [p for p in points if p["method"] == method]
+        if sel:
+            ax.plot([p["sparsity"] for p in sel], [p["loss"] for p in sel], marker, ms=5,
+                    label=method)
+    best = min(p["loss"] for p in points if p["method"] != "topk-frozen")
+    ax.axhline(best + gpt["tolerance"], color="k", ls=":", lw=1,
+               label=f"best + {gpt['tolerance']:g} nats")
+    ax.set_xlabel("measured sparsity (activation output)")
+    ax.set_ylabel("validation loss (nats / byte)")
+    ax.legend(fontsize=7)
+    ctx.save_figure(fig, "sparsity_gpt")

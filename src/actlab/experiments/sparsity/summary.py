@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 
 from actlab.analysis import failed_units, seeds_in
-from actlab.experiments.sparsity.claims import METHODS, PUBLISHED
+from actlab.experiments.sparsity.claims import FLAT_RANGE, GPT, LEVEL_SLACK, METHODS, PUBLISHED
 from actlab.recipes.image_classifier import data_label
 
 if TYPE_CHECKING:
@@ -50,6 +50,8 @@ def build_summary(config: SparsityConfig, table: pd.DataFrame,
         "published": dict(PUBLISHED),
         "frozen_topk": frozen,
     }
+    if any(str(run).startswith(f"{GPT}/") for run in table["run"].unique()):
+        summary["gpt"] = gpt_summary(config, table)
     if len(points) >= 3:
         norm = normalize_by_group([p["accuracy"] for p in points],
                                   [(p["model"], p["method"]) for p in points])
@@ -105,3 +107,72 @@ def frozen_comparison(config: SparsityConfig, table: pd.DataFrame,
         })
     return {"freeze_after": config.topk_freeze_after, "tolerance": config.frozen_tolerance,
             "pairs": pairs}
+
+
+def gpt_points(table: pd.DataFrame) -> list[dict[str, Any]]:
+    """One point per GPT run with a finite loss (seed means), by method and level; the
+    sparsity a level aims at is ``target`` (``q`` for Percentile Centering, ``1 - K`` for
+    Top-K)."""
+    points = []
+    for run, df in table[table["run"].astype(str).str.startswith(f"{GPT}/")].groupby("run"):
+        _, method, level = str(run).split("/")
+        values = df.groupby("metric")["value"].mean()
+        if not math.isfinite(values.get("test_loss", math.nan)):
+            continue
+        level_f = float(level)
+        points.append({"method": method, "level": level_f,
+                       "target": level_f if method == "percentile" else 1.0 - level_f,
+                       "loss": float(values["test_loss"]),
+                       "neg_frac": float(values.get("neg_frac", math.nan)),
+                       "sparsity": float(values.get("sparsity", math.nan)),
+                       "seeds": int(df["seed"].nunique())})
+    return sorted(points, key=lambda p: (p["method"], p["sparsity"]))
+
+
+def gpt_summary(config: SparsityConfig, table: pd.DataFrame) -> dict[str, Any]:
+    """The GPT rows: points, the loss rise inside the paper's flat range (11 % to 77 %
+    sparsity, each end widened by ``LEVEL_SLACK``), the flat region (the run of points,
+    neighbours in sparsity, around the lowest loss whose losses stay within
+    ``gpt_loss_tolerance`` of it; both methods pooled, as the paper states its range) and the frozen-threshold Top-K against exact Top-K."""
+    points = gpt_points(table)
+    exact = sorted((p for p in points if p["method"] in METHODS), key=lambda p: p["sparsity"])
+    out: dict[str, Any] = {"points": points, "tolerance": config.gpt_loss_tolerance,
+                           "flat_range": list(FLAT_RANGE)}
+    lo, hi = FLAT_RANGE[0] - LEVEL_SLACK, FLAT_RANGE[1] + LEVEL_SLACK
+    inside = [p for p in exact if lo <= p["sparsity"] <= hi]
+    if inside:
+        losses = [p["loss"] for p in inside]
+        out["flat_range_rise"] = max(losses) - min(losses)
+        out["flat_range_mean_loss"] = float(np.mean(losses))
+        out["flat_range_points"] = len(inside)
+    if exact:
+        # the run of neighbouring sparsities around the best point whose every point lies
+        # within tolerance of it (points of equal sparsity, e.g. q = 0.3 and K = 0.7, count
+        # as one, with the higher loss)
+        worst_at: dict[float, float] = {}
+        for p in exact:
+            key = round(p["sparsity"], 6)
+            worst_at[key] = max(worst_at.get(key, -math.inf), p["loss"])
+        sparsities = sorted(worst_at)
+        best = min(exact, key=lambda p: p["loss"])
+        within = [worst_at[key] <= best["loss"] + config.gpt_loss_tolerance for key in sparsities]
+        first = last = sparsities.index(round(best["sparsity"], 6))
+        if within[first]:
+            while first > 0 and within[first - 1]:
+                first -= 1
+            while last + 1 < len(sparsities) and within[last + 1]:
+                last += 1
+            flat = sparsities[first:last + 1]
+        else:  # a point of the best one's sparsity lies beyond the tolerance
+            flat = []
+        out["flat_from"] = flat[0] if flat else None
+        out["flat_until"] = flat[-1] if flat else None
+        out["flat_width"] = flat[-1] - flat[0] if flat else 0.0
+        out["most_sparse"] = {k: exact[-1][k] for k in ("method", "level", "sparsity", "loss")}
+    reference = {p["level"]: p for p in points if p["method"] == "topk"}
+    out["frozen_pairs"] = [
+        {"level": p["level"], "exact_loss": reference[p["level"]]["loss"],
+         "frozen_loss": p["loss"], "difference": p["loss"] - reference[p["level"]]["loss"],
+         "kept_eval": 1.0 - p["sparsity"]}
+        for p in points if p["method"] == "topk-frozen" and p["level"] in reference]
+    return out
