@@ -42,6 +42,11 @@ NEWER_THAN_REFERENCE = {
     "sparse-activations/relu2/gpt-layernorm/best-loss",
     "sparse-activations/gelu/gpt-layernorm/second-best-loss",
     "sparsity/topk-frozen/matches-exact-topk",
+    "sparsity/gpt/loss-flat-11-to-77",
+    "sparsity/gpt/loss-higher-at-90",
+    "sparsity/gpt/methods-match-sparsity",
+    "sparsity/gpt/methods-match-neg-frac",
+    "sparsity/gpt-topk-frozen/matches-exact-topk",
 }
 
 
