@@ -26,9 +26,11 @@ test: $(STAMP)
 gpu-check:
 	PYTHONPATH=src MPLBACKEND=Agg $(PYTHON) tools/gpu_check.py
 
-# The GPU benchmark (one GPU, about 10 minutes with teacher-student --full); last line JSON.
+# The GPU benchmarks (one GPU, about 10 minutes with teacher-student --full): the engine and
+# GPT figures, then the sparsity mechanisms by CUDA events; each prints its JSON line last.
 gpu-bench:
 	PYTHONPATH=src MPLBACKEND=Agg $(PYTHON) benchmarks/gpu.py
+	PYTHONPATH=src MPLBACKEND=Agg $(PYTHON) benchmarks/gpu_mechanisms.py
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks
