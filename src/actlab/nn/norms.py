@@ -192,6 +192,7 @@ class _PercentileCenterScale(torch.autograd.Function):
             # re-centring at the percentile is one more: x_hat = out + (mean - center) * rstd
             out, mean, rstd = torch.native_layer_norm(x, [n], None, None, eps)
             mean, rstd = mean.reshape(bshape), rstd.reshape(bshape)
+            var = rstd.pow(-2) - eps
             center_b = center.reshape(bshape)
             # not addcmul: its fused rounding can push the selected element itself below zero
             x_hat = out.add_((mean - center_b) * rstd)
@@ -210,10 +211,10 @@ class _PercentileCenterScale(torch.autograd.Function):
             _, mean, rstd = torch.native_layer_norm(flat, [n], None, None, eps)
             mean, rstd = mean.reshape(bshape), rstd.reshape(bshape)
             center_b = center.reshape(bshape)
-            y = F.batch_norm(x, center.reshape(-1), (rstd.pow(-2) - eps).reshape(-1), weight,
-                             bias, False, 0.0, eps)
+            var = rstd.pow(-2) - eps
+            y = F.batch_norm(x, center.reshape(-1), var.reshape(-1), weight, bias, False, 0.0,
+                             eps)
             saved = x
-        var = rstd.pow(-2) - eps
         ctx.save_for_backward(saved, weight, rstd, center_b, mean, below_idx, above_idx)
         ctx.mark_non_differentiable(center, var)
         ctx.meta = (layout, frac, n, x.shape, bias is not None, eps)
