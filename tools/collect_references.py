@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import shutil
 import statistics
 import sys
@@ -214,6 +215,7 @@ def _run_entry(dest: Path) -> dict[str, Any]:
             "value": claim.get("value"),
             "held": claim.get("held"),
             "spread": (statistics.stdev(samples) if len(samples) >= 2
+                       and all(math.isfinite(x) for x in samples)  # a seed's nan: no spread
                        and claim.get("value") is not None else None),
             "measured": claim.get("measured", ""),
         }
