@@ -127,7 +127,7 @@ class BiasComponent(Experiment):
                    "unshifted vs shifted ReLU, b measured at initialisation (and b = 0.23 as "
                    "a variant) (\"Rethinking Activation Functions\" §3, App. D)")
     Config = BiasComponentConfig
-    quick = {"steps": 700, "log_points": 24, "n_eval": 128}
+    quick = {"steps": 500, "log_points": 24, "n_eval": 128}
     full = {"steps": 6000, "log_points": 50}
     default_seeds = 2
     seeds_per_unit = 1

@@ -116,7 +116,7 @@ class Drift(Experiment):
     description = ("Weight drift, positive pre-activation gradient and emerging sparsity in the "
                    "paper's MLP on random data and digits (\"Bug or Feature²\" §2-3)")
     Config = DriftConfig
-    quick = {"steps": 400, "record_every": 50, "n_random": 6400,
+    quick = {"steps": 300, "record_every": 50, "n_random": 6400,
              "sweep": ["sgd:0.01", "sgd:0.05", "momentum:0.01", "adam:0.001"],
              "sweep_activations": ["relu"]}
     full = {"steps": 4000, "record_every": 100}

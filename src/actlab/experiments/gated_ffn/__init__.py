@@ -81,9 +81,9 @@ class GatedFFNExperiment(Experiment):
                    "\"Activations and Gated Feed-Forward Networks\").")
     Config = GatedFFNConfig
     # The gpt-nano recipe scales warm-up, warm-down and evaluation with ``steps``; the quick
-    # runs before it: --set optimizer=adamw --set lr=0.003 --set warmup=25 --set eval_every=50
+    # runs before it: --set steps=250 --set optimizer=adamw --set lr=0.003 --set warmup=25 --set eval_every=50
     quick = {"compile_model": "off",
-             "n_layer": 2, "n_embd": 64, "block_size": 64, "batch_size": 16, "steps": 250,
+             "n_layer": 2, "n_embd": 64, "block_size": 64, "batch_size": 16, "steps": 200,
              "eval_batches": 4, "timing_repeats": 3}
     default_seeds = 3
     seeds_per_unit = 1

@@ -73,9 +73,9 @@ class LMShiftExperiment(Experiment):
                    "Activation Functions\" §4.3).")
     Config = LMShiftConfig
     # The gpt-nano recipe scales warm-up, warm-down and evaluation with ``steps``; the quick
-    # runs before it: --set optimizer=adamw --set lr=0.003 --set warmup=30 --set eval_every=25
+    # runs before it: --set steps=300 --set optimizer=adamw --set lr=0.003 --set warmup=30 --set eval_every=25
     quick = {"compile_model": "off",
-             "n_layer": 2, "n_embd": 64, "block_size": 64, "batch_size": 16, "steps": 300,
+             "n_layer": 2, "n_embd": 64, "block_size": 64, "batch_size": 16, "steps": 250,
              "eval_batches": 4, "probe_every": 10}
     default_seeds = 3
     seeds_per_unit = 1

@@ -64,9 +64,9 @@ class SpikesExperiment(Experiment):
                    "§6).")
     Config = SpikesConfig
     # The gpt-nano recipe scales warm-up, warm-down and evaluation with ``steps``; the quick
-    # runs before it: --set optimizer=adamw --set lr=0.003 --set warmup=16 --set eval_every=40
+    # runs before it: --set steps=160 --set optimizer=adamw --set lr=0.003 --set warmup=16 --set eval_every=40
     quick = {"compile_model": "off",
-             "n_layer": 4, "n_embd": 64, "block_size": 64, "batch_size": 16, "steps": 160,
+             "n_layer": 4, "n_embd": 64, "block_size": 64, "batch_size": 16, "steps": 128,
              "eval_batches": 4}
     default_seeds = 3
     seeds_per_unit = 1

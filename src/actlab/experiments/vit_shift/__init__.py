@@ -153,7 +153,7 @@ class ViTShift(Experiment):
                    "residuals, hidden-state overshoot (\"Rethinking Activation Functions\" "
                    "§4.1, App. E)")
     Config = ViTShiftConfig
-    quick = {"steps": 300, "log_points": 20, "dim": 48, "depth": 3}
+    quick = {"steps": 240, "log_points": 20, "dim": 48, "depth": 3}
     full = {"steps": 6000, "log_points": 50}
     default_seeds = 3
     seeds_per_unit = 1
