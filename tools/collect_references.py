@@ -55,17 +55,7 @@ SEED_VALUES = "claims_per_seed.json"  # {claim id: [value of seed 0, seed 1, ...
 MAX_TOTAL_BYTES = 15 * 2**20
 
 # Why an experiment has no reference run yet (shown instead of a value).
-# The GPT experiments' default scale (4 layers, width 128, context 128, batch 32, 2000 steps):
-# the lm-shift reference's units took 23.5 min each with two units sharing the 2 CPU cores
-# (about 0.7 s per step with evaluation and probing): about 5 units an hour.
-_LM_NOTE = ("default scale: {units} units x about 23.5 min each with two units sharing 2 CPU "
-            "cores (measured on the lm-shift reference, with AdamW), about {hours} h in all; needs "
-            "a GPU or a long background CPU run; it is to be measured with today's default, the "
-            "gpt-nano recipe (Muon + AdamW, trapezoidal schedule); smaller-scale evidence "
-            "(AdamW, cosine) is in docs/results/{name}/evidence-*")
 PENDING: dict[str, tuple[str, str]] = {
-    "spikes": ("pending (needs GPU)", _LM_NOTE.format(units=18, hours=3.5, name="spikes")),
-    "gated-ffn": ("pending (needs GPU)", _LM_NOTE.format(units=15, hours=3, name="gated-ffn")),
     "lm-drift": ("pending (not run yet)",
                  "default scale: 4 units x 2 seeds of 1,000 GPT steps (4 layers x 128) on one "
                  "core each, about 1.5 h of both cores; not run yet"),
