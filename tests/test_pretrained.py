@@ -33,6 +33,15 @@ def minilm():
     return load_hf_model()
 
 
+def test_loaded_model_trains_on_meta_without_hub_kernels() -> None:
+    """Hub kernels (on by default in newer transformers) would re-kernelize at .train() and
+    refuse the meta device; the loader turns them off."""
+    model, _ = load_hf_model(device="meta")
+    assert not getattr(model, "use_kernels", False)
+    model.train()
+    assert model.training and next(model.parameters()).device.type == "meta"
+
+
 def test_sites_and_blocks(minilm) -> None:
     model, _ = minilm
     assert list(mlp_sites(model)) == [f"encoder.layer.{i}.intermediate.intermediate_act_fn"

@@ -61,7 +61,11 @@ def load_hf_model(path: str | None = None, *,
     path = path or default_model_path()
     if not os.path.isdir(path):
         raise ConfigError("model_path", f"no such model folder: {path}")
-    model = transformers.AutoModel.from_pretrained(path, local_files_only=True)
+    # Hub kernels off: transformers >= 5.25 turns them on by default, which may fetch code at
+    # run time and re-kernelizes on every .train(), refusing the meta device. Versions without
+    # kernels would pass the keyword on to the model's __init__, so only name it where known.
+    options = {"use_kernels": False} if hasattr(transformers.PreTrainedModel, "set_use_kernels") else {}
+    model = transformers.AutoModel.from_pretrained(path, local_files_only=True, **options)
     tokenizer = transformers.AutoTokenizer.from_pretrained(path, local_files_only=True)
     return place(model, device).eval(), tokenizer
 
