@@ -75,13 +75,7 @@ EXTRA_PENDING: dict[str, str] = {
 FULL_DIR = "full"  # the --full run kept beside an experiment's default-scale reference
 # References measured with settings that are no longer the experiment's defaults: how to
 # run them again (shown in the entry as "recipe").
-RECIPES: dict[str, str] = {
-    "lm-shift": ("measured before the gpt-nano recipe became the default: optimizer=adamw, "
-                 "cosine schedule to 0.1 x lr after 100 warm-up steps, lr 1e-3, weight decay 0.1, "
-                 "clipping at 1, evaluation every 100 steps; `actlab run lm-shift --set "
-                 "optimizer=adamw` runs exactly these settings (the default, Muon + AdamW with "
-                 "the trapezoidal schedule, would move this reference)"),
-}
+RECIPES: dict[str, str] = {}  # none at present: lm-shift was re-run on the gpt-nano recipe
 
 
 def resummarize(exp_name: str, run_dir: Path, units: list[dict[str, Any]], dest: Path) -> None:
