@@ -71,3 +71,29 @@ def test_claims_follow_the_numbers() -> None:
                                              "muon/relu": _arm(1e-5, (0.5, 0.55), 0.02)}}
     held = {c.id: c.held for c in LMDriftExperiment().claims(bad)}
     assert not any(held.values())
+
+
+def test_weight_mean_part_and_bias_account_for_the_mean_preactivation_of_uniform_columns() -> None:
+    # mean_j (W h + b)_j = sum_k colmean_k h_k + mean(b): when every column equals the weight
+    # mean, the recorder's w_mean_part + b_mean must give the probe's preact_mean, a separate
+    # measurement on the activation's input
+    from actlab.experiments.lm_drift import _trajectory_recorder
+    from actlab.nn.gpt import GPT
+    from actlab.runner.experiment import UnitResult
+
+    config = LMDriftConfig(**{k: v for k, v in TOY.items() if k != "activations"},
+                           activations=["gelu"])
+    model = GPT(config.model_config(activation="gelu"), seed=0)
+    with torch.no_grad():
+        for i, block in enumerate(model.blocks):
+            block.mlp.up.weight.fill_(0.05 * (i + 1) - 0.02)
+            block.mlp.up.bias.uniform_(-0.3, 0.1)
+            block.norm2.bias.uniform_(0.1, 0.3)  # at beta = 0 the row sums of h vanish
+    windows = [torch.randint(0, 256, (4, 16), generator=torch.Generator().manual_seed(1))]
+    result = UnitResult()
+    _trajectory_recorder(result, "arm", 0, model, windows, config)(0)
+    values = {(layer, metric): value for _, _, _, layer, metric, value in result.rows}
+    for i in range(len(model.blocks)):
+        parts = values[(str(i), "w_mean_part")] + values[(str(i), "b_mean")]
+        assert abs(values[(str(i), "w_mean_part")]) > 1e-3  # the LayerNorm's shift is not zero
+        assert parts == pytest.approx(values[(str(i), "preact_mean")], rel=1e-4, abs=1e-6)

@@ -122,8 +122,9 @@ class LMDriftExperiment(Experiment):
 
 def _trajectory_recorder(result: UnitResult, run: str, seed: int, model: GPT, windows: list,
                          config: LMDriftConfig) -> Callable[..., None]:
-    """``on_step`` callback: per block, up-projection weight mean and Z-score, negative share
-    and sparsity, every ``probe_every`` steps and at the end."""
+    """``on_step`` callback: per block, up-projection weight mean and Z-score, bias mean, the
+    part of the mean pre-activation that the weight mean carries, mean and negative share of
+    the pre-activations and sparsity, every ``probe_every`` steps and at the end."""
     initial = [block.mlp.up.weight.detach().clone() for block in model.blocks]
 
     def record(step: int, _loss: float = 0.0) -> None:
@@ -137,8 +138,51 @@ def _trajectory_recorder(result: UnitResult, run: str, seed: int, model: GPT, wi
                 result.add(run, seed, step, str(i), "z_score", float(moved / w0.double().std()))
                 result.add(run, seed, step, str(i), "mean_drift_share",
                            float((w - w0).double().mean().abs() / moved) if moved > 0 else 0.0)
-        table = probe_forward(model, windows, metrics=("preact_neg_frac", "sparsity"))
+                if block.mlp.up.bias is not None:
+                    result.add(run, seed, step, str(i), "b_mean",
+                               float(block.mlp.up.bias.double().mean()))
+        with _InputRowSums(model) as sums:
+            table = probe_forward(model, windows,
+                                  metrics=("preact_neg_frac", "preact_mean", "sparsity"))
+        for i, (block, row_sum) in enumerate(zip(model.blocks, sums)):
+            # mean_j (W h)_j = sum_k colmean_k h_k; the weight mean's share is w_mean * sum_k h_k
+            w_mean = float(block.mlp.up.weight.detach().double().mean())
+            result.add(run, seed, step, str(i), "w_mean_part", w_mean * row_sum.mean())
         for row in table.itertuples():
             result.add(run, seed, step, row.layer.split(".")[1], row.metric, row.value)
 
     return record
+
+
+class _InputRowSums:
+    """Context that collects, per block, the mean over tokens of ``sum_k h_k`` of the
+    up-projection's input ``h`` on every forward pass inside it."""
+
+    def __init__(self, model: GPT) -> None:
+        self.model = model
+        self.sums: list[_RunningMean] = [_RunningMean() for _ in model.blocks]
+        self.handles: list = []
+
+    def __enter__(self) -> list[_RunningMean]:
+        for block, acc in zip(self.model.blocks, self.sums):
+            self.handles.append(block.mlp.up.register_forward_hook(
+                lambda _m, inputs, _out, acc=acc: acc.add(inputs[0].detach().double().sum(-1))))
+        return self.sums
+
+    def __exit__(self, *_exc: object) -> None:
+        for handle in self.handles:
+            handle.remove()
+
+
+class _RunningMean:
+    """Mean of every element added, pooled over calls."""
+
+    def __init__(self) -> None:
+        self.total, self.count = 0.0, 0
+
+    def add(self, values: torch.Tensor) -> None:
+        self.total += float(values.sum())
+        self.count += values.numel()
+
+    def mean(self) -> float:
+        return self.total / self.count if self.count else float("nan")

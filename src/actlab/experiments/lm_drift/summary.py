@@ -11,7 +11,8 @@ from actlab.analysis import mean_or_nan
 if TYPE_CHECKING:
     from actlab.experiments.lm_drift import LMDriftConfig
 
-TRAJECTORIES = ("w_mean", "z_score", "mean_drift_share", "preact_neg_frac", "sparsity")
+TRAJECTORIES = ("w_mean", "z_score", "mean_drift_share", "b_mean", "w_mean_part", "preact_mean",
+                "preact_neg_frac", "sparsity")
 
 
 def build_summary(config: LMDriftConfig, table: Any, results: list[dict]) -> dict:
