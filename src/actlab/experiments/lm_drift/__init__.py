@@ -18,6 +18,12 @@ output enters the activation), its drift Z-score ``E|w_t - w_0| / std(w_0)`` (th
 (ours: 1 when every weight moved by the same amount in the same direction), and on fixed validation windows the share of negative activation inputs and the
 activation output's sparsity (``|a| < 1e-7``). The summary keeps the change of each from step
 0 to the end, averaged over blocks and seeds.
+
+The mean pre-activation is taken apart too (ours): ``mean_j (W h + b)_j = mean(b) +
+w_mean * sum_k h_k + sum_k (c_k - w_mean) h_k`` with ``c_k`` the column means of ``W`` and
+``h`` the up-projection's input. Behind a LayerNorm ``sum_k h_k`` is ``sum_k beta_k`` plus the
+scale's unevenness (zero at initialisation), so the weight mean barely reaches the
+pre-activations; ``b_mean``, ``w_mean_part`` and ``column_part`` say which term moved them.
 """
 
 from __future__ import annotations

@@ -17,7 +17,8 @@ TRAJECTORIES = ("w_mean", "z_score", "mean_drift_share", "b_mean", "w_mean_part"
 
 def build_summary(config: LMDriftConfig, table: Any, results: list[dict]) -> dict:
     """Per arm: for each trajectory its mean over blocks and seeds at step 0 and at the last
-    recorded step, their change, and the final validation loss."""
+    recorded step, their change, the mean pre-activation's column part and the final
+    validation loss."""
     arms: dict[str, dict] = {}
     for run in sorted(table.run.unique()):
         rows = table[table.run == run]
@@ -30,6 +31,11 @@ def build_summary(config: LMDriftConfig, table: Any, results: list[dict]) -> dic
             start = float(m[m.step == first].value.mean())
             end = float(m[m.step == last].value.mean())
             arm[metric] = {"start": start, "end": end, "change": end - start}
+        if all(k in arm for k in ("preact_mean", "b_mean", "w_mean_part")):
+            # what the bias and the uniform weight mean leave of the mean pre-activation: the
+            # column means' alignment with the input's per-feature means (sum_k (c_k - w) E h_k)
+            arm["column_part"] = {key: arm["preact_mean"][key] - arm["b_mean"][key]
+                                  - arm["w_mean_part"][key] for key in ("start", "end", "change")}
         loss = rows[rows.metric == "val_loss"].sort_values("step").groupby("seed").value.last()
         arm["val_loss"] = mean_or_nan(loss.tolist())
         arms[run] = arm
