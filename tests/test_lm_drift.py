@@ -42,7 +42,9 @@ def test_toy_run_records_trajectories_from_step_zero(tmp_path, monkeypatch) -> N
         assert arm["z_score"]["start"] == 0.0 and arm["z_score"]["end"] > 0
         assert arm["mean_drift_share"]["start"] == 0.0
         assert 0 <= arm["mean_drift_share"]["end"] <= 1  # |E[d]| <= E|d|
-        assert {"b_mean", "w_mean_part", "preact_mean", "column_part"} <= set(arm)
+        assert {"b_mean", "w_mean_part", "preact_mean", "column_part", "down_w_mean",
+                "down_z_score", "down_mean_drift_share"} <= set(arm)
+        assert arm["down_z_score"]["start"] == 0.0 and arm["down_z_score"]["end"] > 0
         assert arm["w_mean_part"]["start"] == pytest.approx(0.0, abs=1e-6)  # LayerNorm, beta 0
         # ReLU's zeros are its negative inputs
         assert arm["sparsity"]["end"] == pytest.approx(arm["preact_neg_frac"]["end"], abs=1e-6)

@@ -56,9 +56,6 @@ MAX_TOTAL_BYTES = 15 * 2**20
 
 # Why an experiment has no reference run yet (shown instead of a value).
 PENDING: dict[str, tuple[str, str]] = {
-    "lm-drift": ("pending (not run yet)",
-                 "default scale: 4 units x 2 seeds of 1,000 GPT steps (4 layers x 128) on one "
-                 "core each, about 1.5 h of both cores; not run yet"),
     "dit-shift": ("pending (not run yet)",
                   "default scale: 6 units of about 3.7 min of CPU each (3000 steps at 53 ms, "
                   "4 FID checkpoints of 500 guided DDIM samples), about 22 min on one core; "

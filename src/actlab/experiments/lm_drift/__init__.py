@@ -13,10 +13,11 @@ experiment measures that, on the same seeds and batches:
   ``adamw_lr`` (ours: the engine's AdamW rate), so only the optimizer differs.
 
 Every ``probe_every`` steps, per block: the mean of the up-projection weight (the layer whose
-output enters the activation), its drift Z-score ``E|w_t - w_0| / std(w_0)`` (the paper's
+output enters the activation; ``down_*`` the same for the down-projection, whose input is the
+activation's output), its drift Z-score ``E|w_t - w_0| / std(w_0)`` (the paper's
 §2 measure), the share of that movement which is mean drift, ``|E[w_t - w_0]| / E|w_t - w_0|``
-(ours: 1 when every weight moved by the same amount in the same direction), and on fixed validation windows the share of negative activation inputs and the
-activation output's sparsity (``|a| < 1e-7``). The summary keeps the change of each from step
+(ours: 1 when every weight moved by the same amount in the same direction), and on fixed
+validation windows the share of negative activation inputs and the activation output's sparsity (``|a| < 1e-7``). The summary keeps the change of each from step
 0 to the end, averaged over blocks and seeds.
 
 The mean pre-activation is taken apart too (ours): ``mean_j (W h + b)_j = mean(b) +
@@ -128,22 +129,29 @@ class LMDriftExperiment(Experiment):
 
 def _trajectory_recorder(result: UnitResult, run: str, seed: int, model: GPT, windows: list,
                          config: LMDriftConfig) -> Callable[..., None]:
-    """``on_step`` callback: per block, up-projection weight mean and Z-score, bias mean, the
-    part of the mean pre-activation that the weight mean carries, mean and negative share of
-    the pre-activations and sparsity, every ``probe_every`` steps and at the end."""
-    initial = [block.mlp.up.weight.detach().clone() for block in model.blocks]
+    """``on_step`` callback: per block, up- and down-projection weight mean, Z-score and mean
+    drift share, the up-projection's bias mean, the part of the mean pre-activation that the
+    weight mean carries, mean and negative share of the pre-activations and sparsity, every
+    ``probe_every`` steps and at the end."""
+    # the up-projection feeds the activation; the down-projection reads its output, the input
+    # the paper's drift argument needs (a post-activation), so both are followed
+    layers = [(str(i), prefix, getattr(block.mlp, name)) for i, block in enumerate(model.blocks)
+              for prefix, name in (("", "up"), ("down_", "down"))]
+    initial = [layer.weight.detach().clone() for _, _, layer in layers]
 
     def record(step: int, _loss: float = 0.0) -> None:
         if step % config.probe_every and step != config.steps:
             return
         with torch.no_grad():
-            for i, (block, w0) in enumerate(zip(model.blocks, initial)):
-                w = block.mlp.up.weight.detach()
-                result.add(run, seed, step, str(i), "w_mean", float(w.double().mean()))
+            for (i, prefix, layer), w0 in zip(layers, initial):
+                w = layer.weight.detach()
+                result.add(run, seed, step, i, f"{prefix}w_mean", float(w.double().mean()))
                 moved = (w - w0).abs().double().mean()
-                result.add(run, seed, step, str(i), "z_score", float(moved / w0.double().std()))
-                result.add(run, seed, step, str(i), "mean_drift_share",
+                result.add(run, seed, step, i, f"{prefix}z_score",
+                           float(moved / w0.double().std()))
+                result.add(run, seed, step, i, f"{prefix}mean_drift_share",
                            float((w - w0).double().mean().abs() / moved) if moved > 0 else 0.0)
+            for i, block in enumerate(model.blocks):
                 if block.mlp.up.bias is not None:
                     result.add(run, seed, step, str(i), "b_mean",
                                float(block.mlp.up.bias.double().mean()))

@@ -9,6 +9,7 @@ from actlab.runner.experiment import RunContext
 
 PANELS = (("w_mean", "up-projection weight mean"), ("z_score", "drift Z-score"),
           ("mean_drift_share", "|mean change| / mean |change|"),
+          ("down_w_mean", "down-projection weight mean"),
           ("b_mean", "up-projection bias mean"),
           ("w_mean_part", "weight mean's part of the mean pre-activation"),
           ("preact_mean", "mean pre-activation"),

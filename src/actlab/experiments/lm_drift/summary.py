@@ -11,7 +11,8 @@ from actlab.analysis import mean_or_nan
 if TYPE_CHECKING:
     from actlab.experiments.lm_drift import LMDriftConfig
 
-TRAJECTORIES = ("w_mean", "z_score", "mean_drift_share", "b_mean", "w_mean_part", "preact_mean",
+TRAJECTORIES = ("w_mean", "z_score", "mean_drift_share", "down_w_mean", "down_z_score",
+                "down_mean_drift_share", "b_mean", "w_mean_part", "preact_mean",
                 "preact_neg_frac", "sparsity")
 
 
