@@ -17,8 +17,9 @@ output enters the activation; ``down_*`` the same for the down-projection, whose
 activation's output), its drift Z-score ``E|w_t - w_0| / std(w_0)`` (the paper's
 §2 measure), the share of that movement which is mean drift, ``|E[w_t - w_0]| / E|w_t - w_0|``
 (ours: 1 when every weight moved by the same amount in the same direction), and on fixed
-validation windows the share of negative activation inputs and the activation output's sparsity (``|a| < 1e-7``). The summary keeps the change of each from step
-0 to the end, averaged over blocks and seeds.
+validation windows the share of negative activation inputs and the activation output's
+sparsity (``|a| < 1e-7``). The summary keeps the change of each from step 0 to the end,
+averaged over blocks and seeds.
 
 The mean pre-activation is taken apart too (ours): ``mean_j (W h + b)_j = mean(b) +
 w_mean * sum_k h_k + sum_k (c_k - w_mean) h_k`` with ``c_k`` the column means of ``W`` and
