@@ -101,3 +101,33 @@ def test_weight_mean_part_and_bias_account_for_the_mean_preactivation_of_uniform
         parts = values[(str(i), "w_mean_part")] + values[(str(i), "b_mean")]
         assert abs(values[(str(i), "w_mean_part")]) > 1e-3  # the LayerNorm's shift is not zero
         assert parts == pytest.approx(values[(str(i), "preact_mean")], rel=1e-4, abs=1e-6)
+
+
+def test_muon_leaves_the_down_projection_mean_alone_behind_layernorm_only() -> None:
+    # the residual stream is read only through LayerNorms, whose input gradient sums to zero
+    # per token; the down-projection's gradient then has zero column sums, and Newton-Schulz
+    # (polynomials in X X^T times X) keeps them zero, so Muon cannot move its weight mean.
+    # RMSNorm does not centre, and the mean moves.
+    from actlab.nn.gpt import GPT, GPTConfig
+    from actlab.train.muon import make_muon, muon_split
+
+    changes = {}
+    for norm in ("layernorm", "rmsnorm"):
+        model = GPT(GPTConfig(vocab_size=64, n_layer=2, n_head=2, n_embd=16, block_size=16,
+                              norm=norm), seed=0)
+        hidden, rest = muon_split(model)
+        optimizer = make_muon([{"params": [p for _, p in rest]},
+                               {"params": [p for _, p in hidden], "muon": True}], lr=0.01)
+        downs = [block.mlp.down.weight for block in model.blocks]
+        start = [float(w.detach().double().mean()) for w in downs]
+        tokens = torch.Generator().manual_seed(0)
+        for _ in range(5):
+            idx = torch.randint(0, 64, (4, 17), generator=tokens)
+            _, loss = model(idx[:, :-1], idx[:, 1:])
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad()
+        changes[norm] = max(abs(float(w.detach().double().mean()) - s)
+                            for w, s in zip(downs, start))
+    assert changes["rmsnorm"] > 1e-5
+    assert changes["layernorm"] < 1e-3 * changes["rmsnorm"]

@@ -14,7 +14,7 @@ PANELS = (("w_mean", "up-projection weight mean"), ("z_score", "drift Z-score"),
           ("w_mean_part", "weight mean's part of the mean pre-activation"),
           ("preact_mean", "mean pre-activation"),
           ("preact_neg_frac", "negative pre-activation share"), ("sparsity", "sparsity"))
-COLUMNS = 4
+COLUMNS = 3
 
 
 def draw(table: Any, config: Any, ctx: RunContext) -> None:
