@@ -146,8 +146,9 @@ def render() -> str:
         f"held, {ref_counts['undecided']} undecided; the documents' claims "
         f"({sum(ref_papers.values())}): {ref_papers['held']} held, {ref_papers['not held']} not "
         f"held, {ref_papers['undecided']} undecided, and {ref_ours} of our own.",
-        "- **Pending**: " + ", ".join(f"{n} — {e['status']}" for n, e in sorted(pending.items()))
-        + ".",
+        *(["- **Pending**: " + ", ".join(f"{n} — {e['status']}"
+                                         for n, e in sorted(pending.items())) + "."]
+          if pending else []),
         *[f"- **Also pending**: {n}: {e['note']}" for n, e in sorted(references.items())
           if e["status"] == "reference" and e.get("note")],
         *[f"- **--full scale** ({n}, {e['full']['scale']}, {e['full']['seeds']} seeds): "
