@@ -142,6 +142,16 @@ def test_measure_once_matches_brute_force_and_restores_mode() -> None:
         actlab.measure_once(model, batches, metrics=["preact_grad_mean"])
 
 
+def test_input_row_sum_is_the_mean_row_sum_pooled_over_batches_of_any_size() -> None:
+    model = _mlp()
+    batches = [torch.randn(6, 5), torch.randn(4, 5)]
+    table = actlab.measure_once(model, batches, metrics=["input_row_sum"], modules=["2", "4"])
+    v = {(r.layer, r.metric): r.value for r in table.itertuples()}
+    for name in ("2", "4"):
+        rows = torch.cat([x for x, _ in _capture(model, model[int(name)], batches)]).double()
+        assert v[(name, "input_row_sum")] == pytest.approx(float(rows.sum(-1).mean()), rel=1e-12)
+
+
 def test_training_one_shot_passes_match_hook_captures() -> None:
     """The recipes' activation_statistics and probe_forward (both measure_once now) against
     statistics computed from our own hook captures."""

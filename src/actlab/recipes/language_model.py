@@ -271,8 +271,10 @@ def config_from(kind: type, source: Any, overrides: dict[str, Any] | None = None
 
 def probe_forward(model: nn.Module, inputs: Iterable[Any], *, metrics: Sequence[str],
                   blocks: Iterable[nn.Module | str] | None = None, activations: Any = None,
+                  modules: Iterable[nn.Module | str] | None = None,
                   eps: float = 1e-7, forward: Callable[[Any], Any] | None = None) -> Any:
-    """Measure ``metrics`` on evaluation passes over ``inputs`` (:func:`actlab.measure_once`).
+    """Measure ``metrics`` on evaluation passes over ``inputs`` (:func:`actlab.measure_once`;
+    ``modules``: those whose input the ``input`` metrics read).
 
     The model runs in eval mode without gradients (its previous mode is restored), so
     running statistics (percentile norms) are not touched. ``forward(item)`` defaults to
@@ -282,8 +284,8 @@ def probe_forward(model: nn.Module, inputs: Iterable[Any], *, metrics: Sequence[
     from actlab.probe.measure import measure_once
 
     return measure_once(model, inputs, metrics=metrics, activations=activations, blocks=blocks,
-                        eps=eps, forward=forward or partial(default_forward, model),
-                        eval_mode=True)
+                        modules=modules, eps=eps,
+                        forward=forward or partial(default_forward, model), eval_mode=True)
 
 
 # ------------------------------------------------------------------ an experiment unit's steps

@@ -143,10 +143,14 @@ def _trajectory_recorder(result: UnitResult, run: str, seed: int, model: GPT, wi
     def record(step: int, _loss: float = 0.0) -> None:
         if step % config.probe_every and step != config.steps:
             return
+        up_means = {}
         with torch.no_grad():
             for (i, prefix, layer), w0 in zip(layers, initial):
                 w = layer.weight.detach()
-                result.add(run, seed, step, i, f"{prefix}w_mean", float(w.double().mean()))
+                w_mean = float(w.double().mean())
+                if not prefix:
+                    up_means[i] = w_mean
+                result.add(run, seed, step, i, f"{prefix}w_mean", w_mean)
                 moved = (w - w0).abs().double().mean()
                 result.add(run, seed, step, i, f"{prefix}z_score",
                            float(moved / w0.double().std()))
@@ -156,48 +160,15 @@ def _trajectory_recorder(result: UnitResult, run: str, seed: int, model: GPT, wi
                 if block.mlp.up.bias is not None:
                     result.add(run, seed, step, str(i), "b_mean",
                                float(block.mlp.up.bias.double().mean()))
-        with _InputRowSums(model) as sums:
-            table = probe_forward(model, windows,
-                                  metrics=("preact_neg_frac", "preact_mean", "sparsity"))
-        for i, (block, row_sum) in enumerate(zip(model.blocks, sums)):
-            # mean_j (W h)_j = sum_k colmean_k h_k; the weight mean's share is w_mean * sum_k h_k
-            w_mean = float(block.mlp.up.weight.detach().double().mean())
-            result.add(run, seed, step, str(i), "w_mean_part", w_mean * row_sum.mean())
+        table = probe_forward(model, windows, modules=[block.mlp.up for block in model.blocks],
+                              metrics=("preact_neg_frac", "preact_mean", "sparsity",
+                                       "input_row_sum"))
         for row in table.itertuples():
-            result.add(run, seed, step, row.layer.split(".")[1], row.metric, row.value)
+            i = row.layer.split(".")[1]
+            if row.metric == "input_row_sum":
+                # mean_j (W h)_j = sum_k colmean_k h_k; a uniform shift's part is w_mean sum_k h_k
+                result.add(run, seed, step, i, "w_mean_part", up_means[i] * row.value)
+            else:
+                result.add(run, seed, step, i, row.metric, row.value)
 
     return record
-
-
-class _InputRowSums:
-    """Context that collects, per block, the mean over tokens of ``sum_k h_k`` of the
-    up-projection's input ``h`` on every forward pass inside it."""
-
-    def __init__(self, model: GPT) -> None:
-        self.model = model
-        self.sums: list[_RunningMean] = [_RunningMean() for _ in model.blocks]
-        self.handles: list = []
-
-    def __enter__(self) -> list[_RunningMean]:
-        for block, acc in zip(self.model.blocks, self.sums):
-            self.handles.append(block.mlp.up.register_forward_hook(
-                lambda _m, inputs, _out, acc=acc: acc.add(inputs[0].detach().double().sum(-1))))
-        return self.sums
-
-    def __exit__(self, *_exc: object) -> None:
-        for handle in self.handles:
-            handle.remove()
-
-
-class _RunningMean:
-    """Mean of every element added, pooled over calls."""
-
-    def __init__(self) -> None:
-        self.total, self.count = 0.0, 0
-
-    def add(self, values: torch.Tensor) -> None:
-        self.total += float(values.sum())
-        self.count += values.numel()
-
-    def mean(self) -> float:
-        return self.total / self.count if self.count else float("nan")

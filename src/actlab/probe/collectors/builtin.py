@@ -249,6 +249,28 @@ class InputRange(Collector):
         return {"down_input_range": float(stats["max"].value[0] - stats["min"].value[0])}
 
 
+class InputRowSum(Collector):
+    """Mean over rows (tokens, samples) of a module's input summed over its last dimension: what
+    a uniform shift ``c`` of a Linear's weights adds to its mean output is ``c`` times this."""
+
+    metrics = ("input_row_sum",)
+    target = "input"
+
+    def observe(self, where: Any, x: torch.Tensor) -> tuple[torch.Tensor, Any]:
+        """Sum of every element of one pass (in float64: behind a LayerNorm the rows nearly
+        cancel) and its row count."""
+        return x.detach().double().sum(), x.numel() // max(x.shape[-1], 1)
+
+    def stats(self, where: Any, raw: np.ndarray, meta: list[Any]) -> Stats:
+        """Sum and row count (summed)."""
+        return {"sum": Stat("sum", [raw.sum(), float(sum(meta))])}
+
+    def finish(self, where: Any, stats: Stats) -> dict[str, float]:
+        """Pooled mean row sum."""
+        total, rows = stats["sum"].value
+        return {"input_row_sum": float(total / rows)}
+
+
 class WeightState(Collector):
     """Moments of a weight and its drift from its initial and previously recorded values."""
 
@@ -291,4 +313,5 @@ class WeightGrad(Collector):
 
 BUILTIN: tuple[Collector, ...] = (ActivationForward(), ActivationBackward(), WeightState(),
                                   WeightGrad(), HiddenMean(), DeadUnits(), MassiveActivation(),
-                                  InputRange(), ActivationKurtosis(), ActivationOutputGrad())
+                                  InputRange(), InputRowSum(), ActivationKurtosis(),
+                                  ActivationOutputGrad())
