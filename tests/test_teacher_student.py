@@ -148,6 +148,11 @@ def test_teacher_student_experiment_end_to_end(tmp_path):
         assert entry[key] is None or math.isfinite(entry[key]), key
     assert entry["sharpness_shifted"] > 0 and 0 <= entry["shifted_wins"] <= 1
     assert set(entry["gradient_angles"]) == {"1", "5"}
+    # per-seed angles (the seeds train as one ensemble), in the order of gradient_angle_seeds
+    assert entry["gradient_angle_seeds"] == [0, 1]
+    for angle in entry["gradient_angles"].values():
+        assert len(angle["measured_per_seed"]) == 2
+        assert angle["measured"] == pytest.approx(np.mean(angle["measured_per_seed"]))
     # the final loss in the summary is the mean of the last logged eval losses
     last = table[(table.run == "relu/shifted") & (table.metric == "eval_loss")]
     assert entry["final_loss_shifted"] == pytest.approx(last[last.step == 40].value.mean())
@@ -172,6 +177,7 @@ def test_teacher_student_experiment_end_to_end(tmp_path):
     assert held["unshifted-overshoots-more"] is (
         entry["overshoot_unshifted"] > entry["overshoot_shifted"])
     assert held["shifted-flatter"] is (entry["sharpness_shifted"] < entry["sharpness_unshifted"])
+    assert held["angle-falls-over-k"] is None  # angle_steps [1, 5]: no k = 20 or 100
 
 
 def test_shift_sweep_size_sweep_ablations_end_to_end(tmp_path):
@@ -182,6 +188,14 @@ def test_shift_sweep_size_sweep_ablations_end_to_end(tmp_path):
     assert relu["theory_shift"] == pytest.approx(0.2303, abs=1e-4)
     assert relu["loss_ratio_theory_vs_best"] >= 1.0
     assert 0.0 <= relu["best_shift_median"] <= relu["theory_shift"] + 0.1 + 1e-9
+    # each seed's loss at the theory shift and at b = 0 (one ensemble), means as the summary's
+    assert relu["seeds"] == [0, 1]
+    for at in ("theory", "unshifted"):
+        assert len(relu[f"final_loss_{at}_per_seed"]) == 2
+        assert relu[f"final_loss_{at}"] == pytest.approx(np.mean(relu[f"final_loss_{at}_per_seed"]))
+    beats = {c.id: c for c in get_experiment("shift-sweep").claims(sweep)}
+    assert beats["shift-sweep/relu/theory-beats-unshifted"].held is (
+        relu["final_loss_theory"] < relu["final_loss_unshifted"])
     _, sizes, _, _ = _run("size-sweep", {**tiny, "grid_d": [3], "grid_m": [4, 6], "grid_L": [1],
                                          "sizes": ["3x4x1"], "shift_offsets": [-0.1, 0.0, 0.1]},
                           [0, 1], tmp_path)

@@ -1,4 +1,19 @@
-"""The ``shift-sweep`` summary: per activation, the mean final loss over the shift grid."""
+"""The ``shift-sweep`` summary: per activation, the mean final loss over the shift grid.
+
+Per activation (the sweep trains all seeds of an activation as one ensemble, so each seed's
+numbers are kept beside the means for the runner's per-seed statistics):
+
+- ``theory_shift``, ``best_shift_median`` (median of each seed's loss-minimising shift),
+  ``best_shift_of_mean_curve``, ``loss_ratio_theory_vs_best`` and ``final_loss_by_shift``
+  (mean over seeds, keyed by ``f"{b:.4f}"``);
+- ``final_loss_theory`` and ``final_loss_unshifted``: the mean final loss at the theory shift
+  and at ``b = 0`` (the unshifted model; ``None`` when ``b = 0`` was not trained);
+- ``seeds``: the seed ids, ascending, in the order of the per-seed lists;
+- ``final_loss_theory_per_seed`` and ``final_loss_unshifted_per_seed``: each seed's final
+  loss at the theory shift and at ``b = 0`` (NaN for a seed that diverged; ``None`` for the
+  whole list when that shift was not trained). A seed's two entries share the initial
+  parameters and batches (paired).
+"""
 
 from __future__ import annotations
 
@@ -45,8 +60,9 @@ def summarize(config: Config, results: list[dict[str, Any]],
         "shift_offsets": list(config.shift_offsets),
     }
     for activation, sweep in sweeps.items():
-        mean_curve = sweep.mean
-        theory_loss = float(mean_curve.get(round(sweep.theory_shift, 6), np.nan))
+        mean_curve, frame = sweep.mean, sweep.frame.sort_index()
+        theory_column = round(sweep.theory_shift, 6)
+        theory_loss = float(mean_curve.get(theory_column, np.nan))
         summary[activation] = {
             "theory_shift": sweep.theory_shift,
             "best_shift_median": finite_median(sweep.best.to_numpy(dtype=float)),
@@ -55,5 +71,15 @@ def summarize(config: Config, results: list[dict[str, Any]],
             "final_loss_by_shift": {f"{b:.4f}": float(v) for b, v in mean_curve.items()},
             "final_loss_unshifted": float(mean_curve[0.0]) if 0.0 in mean_curve else None,
             "final_loss_theory": theory_loss,
+            "seeds": [int(seed) for seed in frame.index],
+            "final_loss_theory_per_seed": _per_seed(frame, theory_column),
+            "final_loss_unshifted_per_seed": _per_seed(frame, 0.0),
         }
     return summary
+
+
+def _per_seed(frame: Any, shift: float) -> list[float] | None:
+    """Each seed's final loss at ``shift`` (rows in seed order); ``None`` if it was not trained."""
+    if shift not in frame.columns:
+        return None
+    return [float(v) for v in frame[shift].to_numpy(dtype=float)]

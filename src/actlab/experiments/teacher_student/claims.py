@@ -5,6 +5,12 @@ checked at our scale, except the gradient-angle claims for activations other tha
 extend the paper's Table 2, and the check of the later angles against eq. 61 at the learning
 rate we fitted to Table 2 (both ours); the thresholds that decide them (a majority of seeds,
 10 degrees, 60 degrees, 10 %) are ours.
+
+The Table 2 size checks (``table2-angle-k{k}``: each measured angle within 10 degrees of the
+table's) do not see the direction: an angle that rises with k can meet them at k = 5 and 20
+while the table's fall. ``angle-falls-over-k`` (per activation) judges the direction: the
+angle at k = 100 more than 10 degrees below the one at k = 1, and no rise of more than 10
+degrees from one k of the table to the next (:data:`ANGLE_TREND_KS`).
 """
 
 from __future__ import annotations
@@ -34,6 +40,20 @@ NEARLY_ORTHOGONAL_DEG = 60.0
 # eigenvalues of the shifted student within 10 % of each other at the last logged step.
 HESSIAN_GN_REL_TOL = 0.10
 TABLE2 = "App. B.2, Table 2"
+# The direction of the angle over k, as the full-model column of the paper's Table 2 shows it
+# (ReLU, m = 200): 76.25, 75.01, 69.22, 46.58 deg at k = 1, 5, 20, 100, falling at every step
+# (its theory column, 77.45 to 77.22, barely moves). Ours, the exact test, at the table's k:
+# (a) the measured angle at the last k more than ANGLE_TOLERANCE_DEG below the one at the
+# first k, and (b) no rise of more than ANGLE_TOLERANCE_DEG from one k of the table to the
+# next. Why (a) on the ends: the table's fall is carried by them (29.67 deg from k = 1 to
+# 100); its first steps (1.24 deg from k = 1 to 5, 5.79 deg from 5 to 20) are inside the
+# 10 deg within which this experiment calls two angles the same, so demanding a fall at every
+# step would be decided by seed noise. Why (b): the table falls at every step, so a clear
+# rise between neighbouring k contradicts it even where the ends happen to fall (a zigzag).
+# Why the margin: a change within the tolerance is one the angle claims above could not tell
+# from no change; the table's fall is three times it. Fixed before the re-run of the
+# references in progress.
+ANGLE_TREND_KS = tuple(PAPER_TABLE2)  # (1, 5, 20, 100)
 
 
 def claims(summary: dict) -> list[Claim]:
@@ -91,7 +111,57 @@ def _activation_specs(activation: str, entry: dict) -> list[ClaimSpec]:
     first = entry["gradient_angles"].get("1", {})
     if first.get("measured") is not None and first.get("theory") is not None:
         specs.append(_angle_spec(activation, first["measured"], first["theory"]))
+    if entry["gradient_angles"]:
+        specs.append(_angle_trend_spec(activation, entry["gradient_angles"]))
     return specs
+
+
+def _angle_trend_spec(activation: str, angles: dict) -> ClaimSpec:
+    """The measured angle falls from k = 1 to k = 100 by more than the angle tolerance and
+    rises by no more than it between neighbouring k, as Table 2's full-model column falls
+    (see :data:`ANGLE_TREND_KS`).
+
+    The paper measures the full-model angles for ReLU only; for the other activations the
+    claim is our extension of Table 2's direction.
+    """
+    ks = ANGLE_TREND_KS
+    first, last = ks[0], ks[-1]
+
+    def measured(k: int) -> float | None:
+        return angles.get(str(k), {}).get("measured")
+
+    def change(a: int, b: int) -> float | None:  # angle at b minus angle at a
+        return None if measured(a) is None or measured(b) is None else measured(b) - measured(a)
+
+    n = {"act": activation, "first": first, "last": last, "tol": ANGLE_TOLERANCE_DEG,
+         **{f"m{k}": measured(k) for k in ks}}
+    fall = change(last, first)
+    rises = [change(a, b) for a, b in zip(ks, ks[1:], strict=False)]
+    n["fall"] = fall
+    n["max_rise"] = max((r for r in rises if r is not None), default=None)
+    text = ("the gradient angle falls over training ({act}): the measured angle at k = {last} "
+            "more than {tol:.0f} deg below the one at k = {first}, with no rise of more than "
+            "{tol:.0f} deg between neighbouring k of 1, 5, 20, 100")
+    if activation == "relu":
+        n["paper_first"], n["paper_last"] = PAPER_TABLE2[first][1], PAPER_TABLE2[last][1]
+        text += (", as the full-model column of the paper's Table 2 falls from {paper_first:.2f} "
+                 "to {paper_last:.2f} deg (ReLU, m = 200; a direction, judged at every width; "
+                 "the margin is ours)")
+        source, where, quoted = "rethinking", TABLE2, ("paper_first", "paper_last")
+    else:
+        text += " (ours: extends the fall of the paper's Table 2, which measures ReLU only)"
+        source, where, quoted = "actlab", "", ()
+    missing = [k for k in ANGLE_TREND_KS if n[f"m{k}"] is None]
+    return ClaimSpec(
+        id=claim_id("teacher-student", activation, "angle-falls-over-k"),
+        text=text,
+        measured="fall {fall:.1f} deg, largest rise between neighbouring k {max_rise:.1f} deg: "
+                 "{m1:.1f}, {m5:.1f}, {m20:.1f}, {m100:.1f} deg at k = 1, 5, 20, 100 (mean "
+                 "over seeds)",
+        check=all_of(gt(fall, ANGLE_TOLERANCE_DEG),
+                     *(le(rise, ANGLE_TOLERANCE_DEG) for rise in rises)),
+        source=source, where=where, numbers=n, quoted=quoted,
+        undecided_because=f"no measured angle at k = {missing}" if missing else "")
 
 
 def _angle_spec(activation: str, measured: float, theory: float) -> ClaimSpec:

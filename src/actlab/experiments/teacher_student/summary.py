@@ -4,6 +4,13 @@
 (each seed's loss-minimising shift of a grid) and :func:`describe_scale` read the tidy rows
 of :meth:`actlab.recipes.teacher_student.StudentRun.add_rows`; ``shift-sweep``,
 ``size-sweep`` and ``ablations`` use them too.
+
+The teacher-student entry of an activation carries ``gradient_angles/{k}`` for each ``k`` of
+``angle_steps``: ``measured`` (the mean over seeds of the angle, in degrees, between the two
+students' gradients at update ``k``), ``theory`` (eq. 61 at our width and
+``angle_theory_eta``) and ``measured_per_seed`` (each seed's angle, in the ascending seed
+order of ``gradient_angle_seeds``; the seeds train as one ensemble, so these are what a
+per-seed interval is formed from).
 """
 
 from __future__ import annotations
@@ -139,9 +146,16 @@ def _activation_entry(config: Config, table: Any, activation: str, pair: dict[st
     theory = theory_angles(activation, config)
     angles = table[(table.run == f"{activation}/pair") & (table.metric == "grad_angle")]
     entry["gradient_angles"] = {
-        str(k): {"measured": finite_mean(angles[angles.step == k].value), "theory": theory[k]}
+        str(k): {"measured": finite_mean(angles[angles.step == k].value), "theory": theory[k],
+                 "measured_per_seed": _per_seed(angles[angles.step == k])}
         for k in config.angle_steps
     }
+    entry["gradient_angle_seeds"] = sorted(int(seed) for seed in angles.seed.unique())
     diverged = table[(table.metric == "diverged") & table.run.str.startswith(activation + "/")]
     entry["diverged_members"] = int(diverged.value.sum())
     return entry
+
+
+def _per_seed(rows: Any) -> list[float]:
+    """The ``value`` of each seed's row, in ascending seed order (NaN where not finite)."""
+    return [float(v) for v in rows.sort_values("seed").value.to_numpy(dtype=float)]
