@@ -2,7 +2,8 @@
 
 Experiments that compare two conditions over training (unshifted vs shifted students,
 autoencoders, ViTs) log steps on a geometric-then-linear grid and read per-seed curves,
-final values, crossover steps and hidden-state overshoot from the table
+final values, crossover steps and hidden-state overshoot (how far a trajectory goes past
+where it ends, :func:`trajectory_overshoot`) from the table
 ``run, seed, step, layer, metric, value``. These helpers do that once, for all of them.
 """
 
@@ -65,9 +66,75 @@ def crossover_steps(unshifted: Any, shifted: Any) -> list[float]:
     return out
 
 
+def trajectory_overshoot(values: Sequence[float] | np.ndarray,
+                         steps: Sequence[float] | np.ndarray | None = None) -> tuple[float, float]:
+    """Overshoot of one trajectory ``h_0 .. h_T`` and the step of its peak.
+
+    The hidden-state overshoot of "Rethinking Activation Functions" (§2.2, Fig. 2, Fig. 7(a),
+    App. E.2) is a transient that recedes: the trajectory goes past where it ends and comes
+    back. With the direction of travel ``s = sign(h_T - h_0)`` (when ``h_T == h_0``, the sign
+    of the largest excursion ``h_t - h_0``), the overshoot is
+
+        ``max(0, max_t s * (h_t - h_T))``
+
+    — how far the trajectory goes beyond its final value, on the far side from its start. A
+    monotone approach from ``h_0`` to ``h_T`` gives exactly 0; ``0 -> 2 -> 1`` gives 1.
+
+    Returns ``(overshoot, peak step)``: the peak step is ``steps[t]`` at the first ``t`` where
+    the maximum is reached (the position ``t`` when ``steps`` is None), and ``nan`` when the
+    overshoot is 0 (there is no peak). NaN entries are steps not logged and are skipped
+    (``h_0`` is the first logged value); the result is ``(nan, nan)`` when the final value
+    ``h_T`` is NaN (as the old peak deviation from the final value was), when any value is
+    infinite (a diverged run), or when fewer than two values are logged.
+    """
+    h = np.asarray(values, dtype=float)
+    t = np.arange(len(h), dtype=float) if steps is None else np.asarray(steps, dtype=float)
+    if h.ndim != 1 or t.shape != h.shape:
+        raise ValueError(f"need a 1-D trajectory and as many steps, got {h.shape} and {t.shape}")
+    logged = ~np.isnan(h)
+    if len(h) == 0 or not logged[-1] or np.isinf(h).any() or logged.sum() < 2:
+        return math.nan, math.nan
+    h, t = h[logged], t[logged]
+    start, end = h[0], h[-1]
+    direction = np.sign(end - start)
+    if direction == 0:
+        excursion = h - start
+        direction = np.sign(excursion[np.argmax(np.abs(excursion))])
+    past = direction * (h - end)
+    peak = int(np.argmax(past))
+    if not past[peak] > 0:
+        return 0.0, math.nan
+    return float(past[peak]), float(t[peak])
+
+
+def _overshoots(trajectory: Any) -> Any:
+    """Per column of a ``steps x seeds`` frame: a two-row frame ``overshoot``, ``step``."""
+    import pandas as pd
+
+    if isinstance(trajectory, pd.Series):
+        trajectory = trajectory.to_frame()
+    steps = np.asarray(trajectory.index, dtype=float)
+    rows = {seed: trajectory_overshoot(trajectory[seed].to_numpy(dtype=float), steps)
+            for seed in trajectory.columns}
+    return pd.DataFrame(rows, index=["overshoot", "step"], columns=trajectory.columns,
+                        dtype=float)
+
+
 def overshoot(trajectory: Any) -> Any:
-    """Peak deviation of each seed's trajectory (steps x seeds) from its final value."""
-    return (trajectory - trajectory.iloc[-1]).abs().max()
+    """Per seed, the overshoot of a ``steps x seeds`` trajectory (a Series indexed by seed).
+
+    ``max(0, max_t s * (h_t - h_T))`` with ``s = sign(h_T - h_0)``: how far each seed's
+    trajectory goes past its final value, on the far side from its start (0 for a monotone
+    approach); see :func:`trajectory_overshoot` for the tie and NaN rules.
+    """
+    return _overshoots(trajectory).loc["overshoot"]
+
+
+def overshoot_peak_step(trajectory: Any) -> Any:
+    """Per seed, the step (index value of the ``steps x seeds`` frame) where the overshoot of
+    :func:`overshoot` peaks; ``nan`` for a seed without an overshoot (see
+    :func:`trajectory_overshoot`)."""
+    return _overshoots(trajectory).loc["step"]
 
 
 def finite_mean(values: Any) -> float | None:

@@ -565,7 +565,8 @@ def within_spread(numbers: dict[str, Any]) -> str:
 
 def condition_summary(table: pd.DataFrame, run: str, depth: int) -> dict[str, Any]:
     """Per condition: final FID / IS / detail (seed mean and sd), final train loss and the
-    hidden-state overshoot of every block (seed means)."""
+    hidden-state overshoot of every block (seed means of :func:`actlab.analysis.overshoot`:
+    how far the trajectory goes past its final value) and the mean step of its peak."""
     out: dict[str, Any] = {}
     for metric in (FID, IS, "detail_ratio", "train_loss"):
         curve = analysis.curves(table, run, metric)
@@ -575,12 +576,14 @@ def condition_summary(table: pd.DataFrame, run: str, depth: int) -> dict[str, An
     fid = analysis.curves(table, run, FID)
     if not fid.empty:
         out["fid_curve"] = {int(s): analysis.finite_mean(v) for s, v in fid.iterrows()}
-    overshoot = {}
+    overshoot, step = {}, {}
     for block in range(depth):
         hidden = analysis.curves(table, run, "hidden_mean", f"block{block}")
         if not hidden.empty:
             overshoot[f"block{block}"] = analysis.finite_mean(analysis.overshoot(hidden))
+            step[f"block{block}"] = analysis.finite_mean(analysis.overshoot_peak_step(hidden))
     out["overshoot_per_block"] = overshoot
+    out["overshoot_step_per_block"] = step
     return out
 
 

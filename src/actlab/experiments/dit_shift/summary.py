@@ -75,5 +75,7 @@ def build_summary(
         "block": last,
         "shifted": summary["shifted"]["overshoot_per_block"].get(last),
         "unshifted": summary["unshifted"]["overshoot_per_block"].get(last),
+        "step_shifted": summary["shifted"]["overshoot_step_per_block"].get(last),
+        "step_unshifted": summary["unshifted"]["overshoot_step_per_block"].get(last),
     }
     return summary

@@ -12,7 +12,9 @@ activation mean of each MLP.
 Summary: the loss residual ``L_shifted - L_unshifted`` (paired by seed) at the end
 (``residual_final``) and at the first evaluation at or after ``early_fraction`` of training
 (``residual_early``), the final validation losses, and the hidden-state overshoot per block
-``max_t |h_t - h_0| - |h_T - h_0|`` (how far the trajectory went beyond where it ended).
+``max(0, max_t s (h_t - h_T))`` with ``s = sign(h_T - h_0)`` (how far the trajectory went past
+where it ended, :func:`actlab.analysis.overshoot`; 0 for a monotone approach), averaged over
+seeds and blocks, with the mean step of its peak (``overshoot_step_*``).
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from actlab.analysis import mean_or_nan, sd_or_nan
+from actlab.analysis import mean_or_nan, overshoot, overshoot_peak_step, sd_or_nan
 
 if TYPE_CHECKING:
     from actlab.experiments.lm_shift import LMShiftConfig
@@ -28,7 +28,7 @@ def build_summary(config: LMShiftConfig, table: Any, results: list[dict]) -> dic
 
 
 def activation_summary(table: Any, act: str, config: LMShiftConfig) -> dict:
-    """Residuals (final, early; paired by seed), final losses and overshoot of ``act``."""
+    """Residuals (final, early; paired by seed), final losses, overshoot and its step of ``act``."""
     finals: dict[str, dict[int, float]] = {c: {} for c in CONDITIONS}
     curves: dict[str, dict[int, dict[int, float]]] = {c: {} for c in CONDITIONS}
     for condition in CONDITIONS:
@@ -44,7 +44,7 @@ def activation_summary(table: Any, act: str, config: LMShiftConfig) -> dict:
     early_step = next((t for t in steps if t >= config.early_fraction * config.steps and t > 0),
                       steps[-1] if steps else -1)
     early = [curves["shifted"][s][early_step] - curves["unshifted"][s][early_step] for s in seeds]
-    overshoot = {c: overshoot_of(table, f"{act}/{c}") for c in CONDITIONS}
+    over = {c: overshoot_of(table, f"{act}/{c}") for c in CONDITIONS}
     return {
         "val_loss_unshifted": mean_or_nan([finals["unshifted"][s] for s in seeds]),
         "val_loss_shifted": mean_or_nan([finals["shifted"][s] for s in seeds]),
@@ -55,17 +55,23 @@ def activation_summary(table: Any, act: str, config: LMShiftConfig) -> dict:
         "residual_per_seed": dict(zip(map(str, seeds), residuals)),
         "seeds_shift_better": int(sum(r < 0 for r in residuals)),
         "n_seeds": len(seeds),
-        "overshoot_unshifted": overshoot["unshifted"],
-        "overshoot_shifted": overshoot["shifted"],
+        "overshoot_unshifted": over["unshifted"][0],
+        "overshoot_shifted": over["shifted"][0],
+        "overshoot_step_unshifted": over["unshifted"][1],
+        "overshoot_step_shifted": over["shifted"][1],
     }
 
 
-def overshoot_of(table: Any, run: str) -> float:
-    """Mean over seeds and blocks of ``max_t |h_t - h_0| - |h_T - h_0|`` (hidden-state mean)."""
+def overshoot_of(table: Any, run: str) -> tuple[float, float]:
+    """Mean over seeds and blocks of the hidden-state overshoot of ``run`` (how far each
+    block's hidden-state mean goes past its final value, :func:`actlab.analysis.overshoot`),
+    and the mean step of its peak (over the seed-blocks that overshoot); nan where none."""
     rows = table[(table.run == run) & (table.metric == "hidden_mean")]
-    values = []
-    for _, group in rows.groupby(["seed", "layer"]):
-        h = group.sort_values("step").value.to_numpy()
-        if len(h) > 1 and np.all(np.isfinite(h)):
-            values.append(float(np.max(np.abs(h - h[0])) - abs(h[-1] - h[0])))
-    return mean_or_nan(values)
+    sizes: list[float] = []
+    steps: list[float] = []
+    for _, group in rows.groupby("layer"):
+        hidden = group.pivot_table(index="step", columns="seed", values="value",
+                                   aggfunc="first").sort_index()
+        sizes += [float(v) for v in overshoot(hidden) if np.isfinite(v)]
+        steps += [float(v) for v in overshoot_peak_step(hidden) if np.isfinite(v)]
+    return mean_or_nan(sizes), mean_or_nan(steps)

@@ -96,9 +96,9 @@ def _activation_specs(activation: str, entry: dict) -> list[ClaimSpec]:
             source="rethinking", where="§2.2, Fig. 2", numbers=n),
         ClaimSpec(
             id=claim_id("teacher-student", activation, "unshifted-overshoots-more"),
-            text="unshifted hidden state overshoots more ({act}): larger peak deviation of the "
-                 "last block's hidden-state mean from its final value",
-            measured="peak deviation from final hidden mean {ou:.4g} vs {os:.4g} shifted",
+            text="unshifted hidden state overshoots more ({act}): the last block's hidden-state "
+                 "mean goes further past its final value (on the far side from its start)",
+            measured="overshoot past the final hidden mean {ou:.4g} vs {os:.4g} shifted",
             check=gt(n["ou"], n["os"]),
             source="rethinking", where="§2.2, Fig. 2", numbers=n),
         ClaimSpec(

@@ -26,6 +26,7 @@ from actlab.analysis import (
     finite_mean,
     finite_median,
     overshoot,
+    overshoot_peak_step,
     pd_frame,
     value_at,
 )
@@ -137,6 +138,9 @@ def _activation_entry(config: Config, table: Any, activation: str, pair: dict[st
         **pair,
         "overshoot_unshifted": finite_mean(overshoot(hu)),
         "overshoot_shifted": finite_mean(overshoot(hs)),
+        # mean over the seeds that overshoot of the step of the peak (the paper: "around 100")
+        "overshoot_step_unshifted": finite_mean(overshoot_peak_step(hu)),
+        "overshoot_step_shifted": finite_mean(overshoot_peak_step(hs)),
     }
     for kind, key in (("lambda_max_hessian", "sharpness"), ("lambda_max_gn", "sharpness_gn")):
         for cond in ("unshifted", "shifted"):

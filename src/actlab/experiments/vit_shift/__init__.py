@@ -9,12 +9,16 @@ residual stream after every block (``hidden_mean``, the statistic of §2.2) and 
 post-activation output of every MLP (``act_mean``).
 
 Residuals are paired per seed, ``shifted - unshifted`` (Fig. 6). The overshoot of a hidden
-state is its largest deviation from its final value (as in teacher-student), after the last
-block; ``overshoot_per_block`` lists every block.
+state is how far its trajectory goes past its final value, on the far side from its start
+(``max(0, max_t s (h_t - h_T))``, ``s = sign(h_T - h_0)``, :func:`actlab.analysis.overshoot`,
+as in teacher-student; 0 for a monotone approach), after the last block;
+``overshoot_per_block`` lists every block, ``overshoot_step_per_block`` the step of the peak.
 
 ``summary.json``: ``test_acc_unshifted``, ``test_acc_shifted``, ``test_loss_residual_final``,
 ``train_loss_residual_final``, ``acc_residual_final``, ``overshoot_unshifted``,
-``overshoot_shifted`` (seed means), plus early residuals, per-condition details and the scale.
+``overshoot_shifted`` and their peak steps ``overshoot_step_unshifted``,
+``overshoot_step_shifted`` (seed means), plus early residuals, per-condition details and the
+scale.
 """
 
 from __future__ import annotations

@@ -20,7 +20,8 @@ EARLY_FRACTION = 0.05  # "early" comparison point: the checkpoint nearest 5% of 
 
 
 def condition_entry(table: pd.DataFrame, run: str, depth: int) -> dict[str, Any]:
-    """Final and best of each loss and accuracy curve, and the overshoot of every block."""
+    """Final and best of each loss and accuracy curve, and the overshoot of every block with the
+    mean step of its peak (:func:`actlab.analysis.overshoot`)."""
     entry: dict[str, Any] = {}
     for metric in ("test_accuracy", "test_loss", "train_loss", "train_accuracy"):
         curve = analysis.curves(table, run, metric)
@@ -28,13 +29,17 @@ def condition_entry(table: pd.DataFrame, run: str, depth: int) -> dict[str, Any]
             entry[f"final_{metric}"] = analysis.finite_mean(curve.iloc[-1])
             entry[f"best_{metric}"] = analysis.finite_mean(
                 curve.max() if "accuracy" in metric else curve.min())
-    per_block = {}
+    per_block, step_per_block = {}, {}
     for block in range(depth):
         hidden = analysis.curves(table, run, "hidden_mean", f"block{block}")
         if not hidden.empty:
             per_block[f"block{block}"] = analysis.finite_mean(analysis.overshoot(hidden))
+            step_per_block[f"block{block}"] = analysis.finite_mean(
+                analysis.overshoot_peak_step(hidden))
     entry["overshoot_per_block"] = per_block
+    entry["overshoot_step_per_block"] = step_per_block
     entry["overshoot"] = per_block.get(f"block{depth - 1}")
+    entry["overshoot_step"] = step_per_block.get(f"block{depth - 1}")
     return entry
 
 
@@ -54,6 +59,7 @@ def build_summary(config: ViTShiftConfig, table: pd.DataFrame,
         summary[cond] = entry
         summary[f"test_acc_{cond}"] = entry.get("final_test_accuracy")
         summary[f"overshoot_{cond}"] = entry.get("overshoot")
+        summary[f"overshoot_step_{cond}"] = entry.get("overshoot_step")
     for metric, key in (("test_loss", "test_loss"), ("train_loss", "train_loss"),
                         ("test_accuracy", "acc")):
         summary[f"{key}_residual_final"] = summary[f"{key}_residual_early"] = None
