@@ -9,17 +9,18 @@ the run's ``summary.json``, ``claims.json``, ``config.json``, ``env.json`` (with
 wall time added: the sum of its units' times) and figures are copied to
 ``docs/results/<exp>/``; ``metrics.*``, units and reports are not kept.
 
-Where the experiment runs one seed per unit and has several seeds, each claim's value is
-also computed from each seed's units alone, with the experiment's own
-``summarize``/``claims``, into ``claims_per_seed.json``.
+The run's ``seed_summaries.json`` (every seed summarised alone, written by the runner) is
+kept too: the claims are judged over seeds from it, and ``--rejudge`` judges them again
+without the units. References kept before it existed have ``claims_per_seed.json`` (each
+claim's main value per seed) instead; see :mod:`actlab.runner.rejudge`.
 
 ``--full`` keeps an experiment's ``--full`` run beside its reference (``<exp>/full/``; listed
 under ``"full"`` in its references entry); ``--evidence`` keeps runs at other settings
 (``<exp>/evidence-<name>/``), which never count as the reference.
 
 ``references.json`` is then rebuilt from everything under ``docs/results/``: per claim id
-its reference value, verdict and spread over seeds (the sample standard deviation of the
-per-seed values, where there are any).
+its reference value, verdict, seeds, 95 % interval, the seeds an undecided claim would
+need and why it is undecided.
 Experiments without a reference run are listed as pending with the reason in
 :data:`PENDING`.
 """
@@ -28,11 +29,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import shutil
-import statistics
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -41,17 +39,22 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from actlab.runner.atomic import dumps  # noqa: E402
 from actlab.runner.config import build_config  # noqa: E402
-from actlab.runner.driver import summarize_records  # noqa: E402
+from actlab.runner.driver import summarize_seeds  # noqa: E402
 from actlab.runner.experiment import RunContext, get_experiment, list_experiments  # noqa: E402
-from actlab.runner.plan import point_label  # noqa: E402
 from actlab.runner.references import REFERENCE, REFERENCES_FILE  # noqa: E402
+from actlab.runner.rejudge import (  # noqa: E402
+    LEGACY_SEED_VALUES,
+    SEED_SUMMARIES,
+    rejudge_folder,
+)
 
 RESULTS = ROOT / "docs" / "results"
 KEPT_FILES = ("summary.json", "claims.json", "config.json")
 QUICK_CLAIMS = "quick_claims.json"  # every claim of a quick reproduction, by id
 QUICK_KEYS = ("value", "held", "measured", "claim", "reference", "source", "source_key", "where",
-              "quoted", "predicted", "precondition")
-SEED_VALUES = "claims_per_seed.json"  # {claim id: [value of seed 0, seed 1, ...]}
+              "quoted", "predicted", "precondition", "n", "interval", "seeds_needed", "reason",
+              "deterministic", "paired")
+VERDICT_KEYS = ("n", "interval", "seeds_needed", "reason")  # how a verdict over seeds was reached
 MAX_TOTAL_BYTES = 15 * 2**20
 
 # Why an experiment has no reference run yet (shown instead of a value).
@@ -84,10 +87,11 @@ def resummarize(exp_name: str, run_dir: Path, units: list[dict[str, Any]], dest:
         raise SystemExit(f"{exp_name}: --resummarize handles runs without a grid only")
     config = build_config(type(experiment).Config, record["config"])
     ctx = RunContext(out_dir=dest, figures_dir=dest / "figures")
-    summary, claims = summarize_records(experiment, config, units, ctx)
+    summary, claims, by_seed = summarize_seeds(experiment, config, units, ctx)
     claims = [{**claim, "point": ""} for claim in claims]
     (dest / "summary.json").write_text(dumps(summary))
     (dest / "claims.json").write_text(dumps(claims))
+    (dest / SEED_SUMMARIES).write_text(dumps(by_seed))
 
 
 def copy_run(run_dir: Path, dest: Path, exp_name: str, summarize_again: bool = False) -> None:
@@ -97,6 +101,9 @@ def copy_run(run_dir: Path, dest: Path, exp_name: str, summarize_again: bool = F
     (dest / "figures").mkdir(parents=True)
     for name in KEPT_FILES:
         shutil.copy2(run_dir / name, dest / name)
+    if (run_dir / SEED_SUMMARIES).exists():
+        shutil.copy2(run_dir / SEED_SUMMARIES, dest / SEED_SUMMARIES)
+        (dest / LEGACY_SEED_VALUES).unlink(missing_ok=True)
     env = json.loads((run_dir / "env.json").read_text())
     units = [json.loads(p.read_text()) for p in sorted((run_dir / "units").glob("*.json"))]
     env["wall_s"] = round(sum(float(u.get("elapsed_s") or 0.0) for u in units), 3)
@@ -109,32 +116,32 @@ def copy_run(run_dir: Path, dest: Path, exp_name: str, summarize_again: bool = F
         shutil.copy2(figure, target)
     if summarize_again:
         resummarize(exp_name, run_dir, units, dest)
+        (dest / LEGACY_SEED_VALUES).unlink(missing_ok=True)
         env["summarized_at"] = _head_commit()
         (dest / "env.json").write_text(json.dumps(env, indent=1) + "\n")
-    seeds = per_seed_values(exp_name, run_dir, units)
-    (dest / SEED_VALUES).write_text(json.dumps(seeds, indent=1, sort_keys=True) + "\n")
 
 
 def rejudge(exp_name: str) -> list[str]:
-    """Judge the kept summaries of ``exp_name`` (reference, ``--full``, evidence) again with
-    today's claims and rewrite their ``claims.json``; one line per verdict that moved."""
+    """Judge the kept runs of ``exp_name`` (reference, ``--full``, evidence) again with
+    today's claims, over their seeds, and rewrite their ``claims.json``; one line per verdict
+    that moved, with the reason."""
     experiment = get_experiment(exp_name)
     moved = []
     for summary_path in sorted((RESULTS / exp_name).rglob("summary.json")):
         folder = summary_path.parent
         old = {(c.get("point", ""), c["id"]): c.get("held")
                for c in json.loads((folder / "claims.json").read_text())}
-        summary = json.loads(summary_path.read_text())
-        # a grid run's summary is {"points": [{"point": {...}, "summary": {...}}, ...]}
-        points = (summary["points"] if set(summary) == {"points"}
-                  else [{"point": {}, "summary": summary}])
-        claims = [{**json.loads(dumps(c)), "point": point_label(p["point"])}
-                  for p in points for c in experiment.claims(p["summary"])]
+        claims = rejudge_folder(experiment, folder)
         (folder / "claims.json").write_text(dumps(claims))
         where = folder.relative_to(RESULTS)
-        moved += [f"{where}: {c['point']} {c['id']}: {old.get((c['point'], c['id']), 'new')} -> "
-                  f"{c['held']}" for c in claims
-                  if old.get((c["point"], c["id"]), "new") != c["held"]]
+        for c in claims:
+            before = old.get((c["point"], c["id"]), "new")
+            if before != c["held"]:
+                why = f" ({c['reason']})" if c.get("reason") else ""
+                interval = (f" interval [{c['interval'][0]:.4g}, {c['interval'][1]:.4g}], "
+                            f"n={c['n']}" if c.get("interval") else "")
+                moved.append(f"{where}: {c['point']} {c['id']}: {before} -> {c['held']}"
+                             f"{interval}{why}")
     return moved
 
 
@@ -144,30 +151,6 @@ def _head_commit() -> str:
 
     return subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True,
                           text=True, check=True).stdout.strip()
-
-
-def per_seed_values(exp_name: str, run_dir: Path, units: list[dict[str, Any]]
-                    ) -> dict[str, list[float]]:
-    """Each claim's value computed from each seed's units alone (one seed per unit only)."""
-    experiment = get_experiment(exp_name)
-    config_record = json.loads((run_dir / "config.json").read_text())
-    if experiment.seeds_per_unit != 1 or len(config_record["seeds"]) < 2 or config_record["grid"]:
-        return {}
-    config = build_config(type(experiment).Config, config_record["config"])
-    values: dict[str, list[float]] = {}
-    for seed in config_record["seeds"]:
-        mine = [u for u in units if u["seeds"] == [seed]]
-        with tempfile.TemporaryDirectory() as tmp:
-            ctx = RunContext(out_dir=Path(tmp), figures_dir=Path(tmp))
-            try:
-                _, claims = summarize_records(experiment, config, mine, ctx)
-            except Exception as exc:  # noqa: BLE001 - some summaries need several seeds
-                print(f"  {exp_name}: no per-seed summary ({type(exc).__name__}: {exc})")
-                return {}
-        for claim in claims:
-            if claim.get("value") is not None:
-                values.setdefault(claim["id"], []).append(float(claim["value"]))
-    return values
 
 
 def reference_entry(exp_name: str, dest: Path) -> dict[str, Any]:
@@ -187,18 +170,13 @@ def _run_entry(dest: Path) -> dict[str, Any]:
     """Scale, seeds, provenance and per-claim value, verdict and seed spread of one kept run."""
     config = json.loads((dest / "config.json").read_text())
     env = json.loads((dest / "env.json").read_text())
-    seed_file = dest / SEED_VALUES
-    seeds = json.loads(seed_file.read_text()) if seed_file.exists() else {}
     claims = {}
     for claim in json.loads((dest / "claims.json").read_text()):
-        samples = seeds.get(claim["id"], [])
         claims[claim["id"]] = {
             "value": claim.get("value"),
             "held": claim.get("held"),
-            "spread": (statistics.stdev(samples) if len(samples) >= 2
-                       and all(math.isfinite(x) for x in samples)  # a seed's nan: no spread
-                       and claim.get("value") is not None else None),
             "measured": claim.get("measured", ""),
+            **{key: claim.get(key) for key in VERDICT_KEYS},
         }
     entry = {"status": REFERENCE, "scale": config["scale"], "seeds": len(config["seeds"]),
              "commit": env.get("git", {}).get("commit"), "wall_s": env.get("wall_s"),

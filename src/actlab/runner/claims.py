@@ -93,11 +93,19 @@ def claim_problems(claims: Iterable[Any]) -> list[str]:
             problems.append(f"claim {cid!r}: unknown comparison {comparison!r}")
             continue
         check = row.get("check")
-        verdict = (check_from_dict(check).verdict() if check else
-                   compare(row.get("value"), comparison, row.get("threshold"), row.get("reference")))
-        if verdict is not None and row.get("held") is not None and verdict != row.get("held"):
-            problems.append(f"claim {cid!r}: held={row.get('held')} but {row.get('value')} "
-                            f"{comparison} {row.get('threshold')} is {verdict}")
+        if (row.get("n") or 0) >= 2 and not row.get("deterministic"):
+            # judged on its sample by the runner: the pooled value alone does not decide it
+            if row.get("held") is not None and row.get("interval") is None and check and \
+                    check.get("op") not in ("in", *COMBINATORS):
+                problems.append(f"claim {cid!r}: held={row['held']} over {row['n']} seeds "
+                                "without an interval")
+        else:
+            verdict = (check_from_dict(check).verdict() if check else
+                       compare(row.get("value"), comparison, row.get("threshold"),
+                               row.get("reference")))
+            if verdict is not None and row.get("held") is not None and verdict != row.get("held"):
+                problems.append(f"claim {cid!r}: held={row.get('held')} but {row.get('value')} "
+                                f"{comparison} {row.get('threshold')} is {verdict}")
         if row.get("precondition") and row.get("held") is not None:
             problems.append(f"claim {cid!r}: precondition failed "
                             f"({row['precondition']}) but held={row['held']}")
@@ -291,6 +299,13 @@ class ClaimSpec:
     paper's, so a name cannot be both quoted and predicted.
     A non-empty ``undecided_because`` (a failed precondition: too few seeds, a protocol that
     is not comparable) leaves the claim undecided whatever the test says.
+
+    Over seeds the runner judges the claim on its sample (:mod:`actlab.runner.verdicts`): the
+    same spec computed on every seed's summary alone. ``paired`` says the two sides of a check
+    share initial weights and batches per seed (per-seed differences form one sample);
+    ``False`` compares them as unpaired samples (Welch). ``deterministic`` declares a claim
+    judged on its value alone (a closed form, a theory check, an exact count): one seed
+    decides it.
     """
 
     id: str
@@ -303,6 +318,8 @@ class ClaimSpec:
     quoted: tuple[str, ...] = ()
     predicted: tuple[str, ...] = ()
     undecided_because: str = ""
+    paired: bool = True
+    deterministic: bool = False
 
     def judge(self) -> Claim:
         """The claim with ``held`` computed from the test (``None`` under a failed precondition)."""
@@ -333,7 +350,8 @@ class ClaimSpec:
                      check=self.check.as_dict(), source_key=kind.key, where=self.where,
                      quoted={name: float(self.numbers[name]) for name in self.quoted},
                      predicted={name: float(self.numbers[name]) for name in self.predicted},
-                     precondition=self.undecided_because)
+                     precondition=self.undecided_because, paired=self.paired,
+                     deterministic=self.deterministic, reason=self.undecided_because)
 
 
 def judge_all(specs: Iterable[ClaimSpec]) -> list[Claim]:

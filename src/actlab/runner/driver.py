@@ -31,7 +31,9 @@ from actlab.runner.experiment import (
     RunContext,
     get_experiment,
 )
+from actlab.runner.per_seed import judge_over_seeds, seed_records, seeds_of
 from actlab.runner.plan import Plan, PlannedUnit, default_run_name, make_plan, point_label, slug
+from actlab.runner.rejudge import SEED_SUMMARIES
 from actlab.runner.rundir import RunDir, sort_rows, table_frame
 from actlab.runner.sinks import MlflowSink, Sink, TensorBoardSink, flatten
 from actlab.train.precision import use_strict_float32
@@ -201,10 +203,9 @@ def _progress_bar(total: int, description: str, options: RunOptions):
     return tqdm(total=total, desc=description, unit="unit", disable=not show, file=sys.stderr)
 
 
-def summarize_records(experiment: Experiment, config: Any, records: list[dict[str, Any]],
-                      ctx: RunContext) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """``summarize`` and ``claims`` of one grid point from its unit records (as saved under
-    ``units/``), both as JSON-ready data; figures go to ``ctx.figures_dir``."""
+def _pooled(experiment: Experiment, config: Any, records: list[dict[str, Any]],
+            ctx: RunContext) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """``summarize`` and ``claims`` of ``records`` as they are, both as JSON-ready data."""
     table = table_frame(sort_rows(records))
     results = [{key: r[key] for key in ("id", "point", "unit", "seeds", "status", "error", "data")}
                for r in records]
@@ -214,21 +215,62 @@ def summarize_records(experiment: Experiment, config: Any, records: list[dict[st
     return summary, claims
 
 
+def summarize_seeds(experiment: Experiment, config: Any, records: list[dict[str, Any]],
+                    ctx: RunContext
+                    ) -> tuple[dict[str, Any], list[dict[str, Any]], dict[str, Any]]:
+    """Summary, claims judged over seeds, and every seed's own summary, of one grid point.
+
+    With two or more seeds each seed is summarised alone (figures off) and every claim is
+    judged on the sample of its per-seed checks (:mod:`actlab.runner.verdicts`). The third
+    item, ``seed_summaries.json``'s content, is ``{"seeds": [...], "summaries": [...],
+    "error": str}`` so claims can be judged again later without the units.
+    """
+    summary, claims = _pooled(experiment, config, records, ctx)
+    seeds = seeds_of(records)
+    summaries: list[dict[str, Any]] = []
+    per_seed: dict[int, list[dict[str, Any]]] = {}
+    error = ""
+    if len(seeds) >= 2 and any(not c.get("deterministic") for c in claims):
+        quiet = RunContext(out_dir=ctx.out_dir, figures_dir=ctx.figures_dir, draw=False)
+        try:
+            for seed in seeds:
+                seed_summary, per_seed[seed] = _pooled(experiment, config,
+                                                       seed_records(records, seed), quiet)
+                summaries.append(seed_summary)
+        except Exception as exc:  # noqa: BLE001 - a summary that needs several seeds
+            per_seed, summaries = {}, []
+            error = f"a single seed's summary fails ({error_headline(exc)})"
+    claims = judge_over_seeds(claims, per_seed, len(seeds), error)
+    return summary, claims, {"seeds": seeds if summaries else [], "summaries": summaries,
+                             "error": error}
+
+
+def summarize_records(experiment: Experiment, config: Any, records: list[dict[str, Any]],
+                      ctx: RunContext) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """``summarize`` and ``claims`` (judged over seeds) of one grid point from its unit
+    records (as saved under ``units/``), both as JSON-ready data; figures go to
+    ``ctx.figures_dir``."""
+    summary, claims, _ = summarize_seeds(experiment, config, records, ctx)
+    return summary, claims
+
+
 def _summarize(
     plan: Plan, records: list[dict[str, Any]], run_dir: RunDir
 ) -> tuple[Any, list[dict[str, Any]]]:
     """Call ``summarize``/``claims`` per grid point; return summary.json content and claims."""
     sweep = len(plan.points) > 1 or bool(plan.points[0])
-    summaries = []
+    summaries, seed_summaries = [], []
     claims: list[dict[str, Any]] = []
     for point, config in zip(plan.points, plan.configs):
         mine = [r for r in records if r["point"] == point]
         figures = run_dir.figures_dir / slug(point_label(point)) if sweep else run_dir.figures_dir
         ctx = RunContext(out_dir=run_dir.path, figures_dir=figures)
-        summary, point_claims = summarize_records(plan.experiment, config, mine, ctx)
+        summary, point_claims, by_seed = summarize_seeds(plan.experiment, config, mine, ctx)
         claims += [{**claim, "point": point_label(point)} for claim in point_claims]
         summaries.append({"point": point, "summary": summary})
+        seed_summaries.append({"point": point, **by_seed})
     content = {"points": summaries} if sweep else summaries[0]["summary"]
+    run_dir.write_json(SEED_SUMMARIES, {"points": seed_summaries} if sweep else seed_summaries[0])
     return content, claims
 
 
@@ -386,7 +428,7 @@ def finish_run(run: PreparedRun) -> RunOutcome:
         outcome.summary, outcome.claims = summary, claims
     except Exception as exc:  # noqa: BLE001 - recorded and reported, the CLI exits non-zero
         outcome.summary_error = "".join(traceback.format_exception(exc)).rstrip()
-        for stale in ("summary.json", "claims.json"):
+        for stale in ("summary.json", "claims.json", SEED_SUMMARIES):
             run_dir.file(stale).unlink(missing_ok=True)
 
     counts = {s: sum(r["status"] == s for r in records) for s in (STATUS_OK, STATUS_DIVERGED, STATUS_FAILED)}

@@ -84,6 +84,16 @@ class Claim:
     quoted: dict[str, float] = field(default_factory=dict)
     predicted: dict[str, float] = field(default_factory=dict)
     precondition: str = ""
+    # How the claim is judged over seeds (see actlab.runner.verdicts): its two sides paired
+    # per seed, or judged on one value (a closed form, a theory check, an exact count); and
+    # what the runner's verdict rests on: seeds, the 95 % interval of the main quantity
+    # (value - bound, or value - reference), the seeds an undecided claim would need, why.
+    paired: bool = True
+    deterministic: bool = False
+    n: int | None = None
+    interval: list[float] | None = None
+    seeds_needed: int | None = None
+    reason: str = ""
 
     def __post_init__(self) -> None:
         self.held = None if self.held is None else bool(self.held)
@@ -112,14 +122,20 @@ class RunContext:
 
     out_dir: Path
     figures_dir: Path
+    # False while the runner summarises one seed alone for the claims' samples: figures are
+    # closed unsaved (the run's figures show all seeds).
+    draw: bool = True
 
     def save_figure(self, fig: Any, name: str) -> Path:
         """Save a matplotlib figure as ``figures/<name>.png`` and close it."""
         from actlab.plotting import pyplot
 
         plt = pyplot()
-        self.figures_dir.mkdir(parents=True, exist_ok=True)
         path = self.figures_dir / f"{name}.png"
+        if not self.draw:
+            plt.close(fig)
+            return path
+        self.figures_dir.mkdir(parents=True, exist_ok=True)
         fig.savefig(path, dpi=110, bbox_inches="tight")
         plt.close(fig)
         return path

@@ -9,7 +9,8 @@ whether it held there.
 
 An experiment's entry is ``{"status": ..., "scale": ..., "commit": ..., "wall_s": ...,
 "note": ..., "claims": {claim_id: {"value": float|None, "held": bool|None,
-"spread": float|None, "measured": str}}}``. ``status`` is ``"reference"`` for a completed
+"measured": str, "n": int|None, "interval": [low, high]|None, "seeds_needed": int|None,
+"reason": str}}}`` (the verdict over seeds: :mod:`actlab.runner.verdicts`). ``status`` is ``"reference"`` for a completed
 run, or ``"pending (...)"`` (e.g. ``"pending (needs GPU)"``) when no reference exists yet,
 with ``note`` saying why. An experiment whose ``--full`` run is kept too has it under
 ``"full"`` (same fields: scale, seeds, commit, wall time, claims). ``"recipe"``, where present,
@@ -71,11 +72,12 @@ def reference_text(claim_id: str) -> str:
 
 
 def claim_cell(claim: dict[str, Any], scale: str | None = None) -> str:
-    """``"0.0091 ± 0.002 (held, default)"``: value, spread over seeds, verdict, scale."""
-    value, spread = claim.get("value"), claim.get("spread")
+    """``"0.0091, 95 % CI [0.002, 0.016] n=3 (held, default)"``: value, the interval of the
+    judged difference over seeds, verdict, scale."""
+    value, interval = claim.get("value"), claim.get("interval")
     text = "" if value is None else f"{value:.4g}"
-    if value is not None and spread:
-        text += f" ± {spread:.2g}"
+    if interval:
+        text += f"{', ' if text else ''}95 % CI [{interval[0]:.3g}, {interval[1]:.3g}] n={claim.get('n')}"
     where = f", {scale}" if scale else ""
     return f"{text} ({verdict_text(claim.get('held'))}{where})".strip()
 

@@ -78,6 +78,22 @@ def _held_class(held: Any) -> str:
     return {True: "good", False: "bad"}.get(held, "undecided")
 
 
+def seeds_text(claim: dict[str, Any]) -> str:
+    """What the verdict rests on: ``"n=3, 95 % CI [-0.1, -0.02] of value - bar"``, the reason
+    of an undecided claim, or ``"deterministic"``."""
+    if claim.get("deterministic"):
+        return "deterministic (judged on its value)"
+    parts = []
+    if claim.get("n") is not None:
+        parts.append(f"n={claim['n']}")
+    interval = claim.get("interval")
+    if interval:
+        parts.append(f"95 % CI [{interval[0]:.3g}, {interval[1]:.3g}]")
+    if claim.get("held") is None and claim.get("reason"):
+        parts.append(str(claim["reason"]))
+    return ", ".join(parts)
+
+
 def _table(headers: list[str], rows: list[list[str]], raw: bool = False) -> str:
     head = "".join(f"<th>{_e(h)}</th>" for h in headers)
     body = []
@@ -94,8 +110,8 @@ def _key_value_table(mapping: dict[str, Any]) -> str:
 
 def _claims_table(claims: list[dict[str, Any]], with_experiment: bool = False) -> str:
     headers = (["experiment"] if with_experiment else []) + ["id", "claim", "measured", "value",
-                                                             "held", "at reference scale",
-                                                             "source"]
+                                                             "held", "over seeds",
+                                                             "at reference scale", "source"]
     if any(c.get("point") for c in claims):
         headers.insert(1 if with_experiment else 0, "grid point")
     rows = []
@@ -114,6 +130,7 @@ def _claims_table(claims: list[dict[str, Any]], with_experiment: bool = False) -
             _e(claim.get("measured", "")),
             _e(judged_text(claim)),
             f'<span class="{_held_class(held)}">{held_text(held)}</span>',
+            _e(seeds_text(claim)),
             f'<span class="{_held_class(reference_held(claim_id))}">'
             f'{_e(reference_text(claim_id))}</span>',
             _e(claim.get("source", "")),

@@ -9,6 +9,7 @@ Layout::
     metrics.parquet  the same table when pyarrow is installed
     summary.json     the experiment's headline numbers
     claims.json      the experiment's claims about that summary (for reports and the index)
+    seed_summaries.json  every seed's summary alone (the claims' samples; re-judged from it)
     figures/*.png    figures (``figures/<grid point>/*.png`` in sweeps)
     report.html      the self-contained report
     work/<id>/       scratch space of a running unit (removed when empty)
@@ -67,7 +68,7 @@ class RunDir:
                 shutil.rmtree(folder, ignore_errors=True)
             for name in (
                 "metrics.csv", "metrics.parquet", "summary.json", "claims.json", "status.json",
-                "report.html",
+                "report.html", "seed_summaries.json",
             ):
                 self.file(name).unlink(missing_ok=True)
         for stale in self.path.rglob(f"*{TMP_SUFFIX}"):  # left by a killed writer
