@@ -53,8 +53,8 @@ KEPT_FILES = ("summary.json", "claims.json", "config.json")
 QUICK_CLAIMS = "quick_claims.json"  # every claim of a quick reproduction, by id
 QUICK_KEYS = ("value", "held", "measured", "claim", "reference", "source", "source_key", "where",
               "quoted", "predicted", "precondition", "n", "interval", "seeds_needed", "reason",
-              "deterministic", "paired")
-VERDICT_KEYS = ("n", "interval", "seeds_needed", "reason")  # how a verdict over seeds was reached
+              "deterministic", "paired", "post_hoc")
+VERDICT_KEYS = ("n", "interval", "seeds_needed", "reason", "post_hoc")  # how a verdict over seeds was reached
 MAX_TOTAL_BYTES = 15 * 2**20
 
 # Why an experiment has no reference run yet (shown instead of a value).

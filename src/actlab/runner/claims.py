@@ -305,7 +305,8 @@ class ClaimSpec:
     share initial weights and batches per seed (per-seed differences form one sample);
     ``False`` compares them as unpaired samples (Welch). ``deterministic`` declares a claim
     judged on its value alone (a closed form, a theory check, an exact count): one seed
-    decides it.
+    decides it. ``post_hoc`` says why the bar was chosen after our values were seen (empty:
+    fixed before looking); such claims are counted apart in the fidelity header.
     """
 
     id: str
@@ -320,6 +321,7 @@ class ClaimSpec:
     undecided_because: str = ""
     paired: bool = True
     deterministic: bool = False
+    post_hoc: str = ""
 
     def judge(self) -> Claim:
         """The claim with ``held`` computed from the test (``None`` under a failed precondition)."""
@@ -351,7 +353,8 @@ class ClaimSpec:
                      quoted={name: float(self.numbers[name]) for name in self.quoted},
                      predicted={name: float(self.numbers[name]) for name in self.predicted},
                      precondition=self.undecided_because, paired=self.paired,
-                     deterministic=self.deterministic, reason=self.undecided_because)
+                     deterministic=self.deterministic, reason=self.undecided_because,
+                     post_hoc=self.post_hoc)
 
 
 def judge_all(specs: Iterable[ClaimSpec]) -> list[Claim]:

@@ -94,6 +94,7 @@ class Claim:
     interval: list[float] | None = None
     seeds_needed: int | None = None
     reason: str = ""
+    post_hoc: str = ""  # why the bar was chosen after our values were seen; empty: before
 
     def __post_init__(self) -> None:
         self.held = None if self.held is None else bool(self.held)
