@@ -33,6 +33,7 @@ sys.path.insert(0, str(ROOT / "src"))
 from actlab.runner.quoted_numbers import find_quoted  # noqa: E402
 from actlab.runner.references import claim_cell, verdict_text  # noqa: E402
 from actlab.runner.sources import OURS, SOURCES  # noqa: E402
+from actlab.runner.verdicts import SPANS_BAR, TOO_FEW_SEEDS, undecided_kind  # noqa: E402
 
 RESULTS = ROOT / "docs" / "results"
 REFERENCES = ROOT / "src" / "actlab" / "runner" / "references.json"
@@ -43,7 +44,8 @@ UNCHECKED = (
      "putting the value in the summary needs the default (43 min of units) and --full (93 min) "
      "runs again"),
     ('"Rethinking" §2.2', 'the unshifted hidden state overshoots "around step 100"',
-     "the summary keeps the overshoot's size, not its step; the same reruns"),
+     "the summaries now keep the overshoot's peak step (overshoot_step_*), but no claim "
+     "judges it yet"),
     ('"Rethinking" §4.3', "perplexity 1 % lower with the shift", "lm-shift judges the loss "
      "(about 0.01 lower); perplexity follows from it"),
     ('"Bug or Feature²" §6, App. B.3.1, Table 6', "GPT-nano's ranges 1055.0, 248.7, 178.3, "
@@ -87,10 +89,12 @@ def rows(quick: dict[str, Any], references: dict[str, Any], diagnoses: dict[str,
                 missed = missed or full["held"] is not True
         else:
             reference, missed = entry.get("status", "no reference"), False
-        quick_text = f"{_number(q.get('value'))} ({verdict_text(q.get('held'))})" if q else "—"
+        quick_text = claim_cell(q) if q else "—"
         diagnosis = diagnoses.get(claim_id)
         if diagnosis:
             note = f"**{diagnosis['kind']}**: {diagnosis['text']}"
+        elif missed and ref is not None and statistically_undecided(ref):
+            note = f"**seeds**: {ref.get('reason', '')}"
         else:
             note = "**open**: no diagnosis yet" if missed else ""
         # the document's numbers only; our own predictions (a theory at our setting) apart
@@ -101,11 +105,35 @@ def rows(quick: dict[str, Any], references: dict[str, Any], diagnoses: dict[str,
     return out
 
 
+STATISTICAL = (TOO_FEW_SEEDS, SPANS_BAR)
+RERUN = ("no per-seed sample",)  # kept runs without per-seed data: the sample is missing
+
+
+def statistically_undecided(claim: dict[str, Any]) -> bool:
+    """Undecided for want of seeds (too few, an interval across the bar, no per-seed data
+    kept): the reason is its diagnosis."""
+    reason = claim.get("reason") or ""
+    return claim.get("held") is None and (undecided_kind(reason) in STATISTICAL
+                                          or reason.startswith(RERUN))
+
+
+def _kind(claim: dict[str, Any]) -> str:
+    if claim.get("held") is not None:
+        return verdict_text(claim.get("held"))
+    reason = claim.get("reason") or ""
+    if undecided_kind(reason) == TOO_FEW_SEEDS or reason.startswith(RERUN):
+        return "too few seeds"
+    if undecided_kind(reason) == SPANS_BAR:
+        return "spans the bar"
+    return "undecided"
+
+
 def _counts(claims: Any) -> str:
-    """'N held, N not held, N undecided' of reference claim records."""
-    counts = Counter(verdict_text(c["held"]) for c in claims)
-    return (f"{counts['held']} held, {counts['not held']} not held, "
-            f"{counts['undecided']} undecided")
+    """'N held, N not held, undecided: N too few seeds, N interval spans the bar, N other'."""
+    counts = Counter(_kind(c) for c in claims)
+    return (f"{counts['held']} held, {counts['not held']} not held, undecided: "
+            f"{counts['too few seeds']} too few seeds (or no per-seed data kept), "
+            f"{counts['spans the bar']} interval spans the bar, {counts['undecided']} other")
 
 
 def render() -> str:
@@ -115,17 +143,15 @@ def render() -> str:
     references = json.loads(REFERENCES.read_text())
     diagnoses = json.loads((RESULTS / "diagnoses.json").read_text())
     table = rows(quick, references, diagnoses)
-    quick_counts = Counter(verdict_text(c.get("held")) for c in quick.values())
     papers = [c for c in quick.values() if c.get("source_key") != OURS]
-    paper_counts = Counter(verdict_text(c.get("held")) for c in papers)
     ours = len(quick) - len(papers)
+    post_hoc = [i for i, c in quick.items() if c.get("post_hoc")]
     ref_items = [(i, c) for e in references.values() if e["status"] == "reference"
                  for i, c in e["claims"].items()]
     ref_claims = [c for _, c in ref_items]
-    ref_counts = Counter(verdict_text(c["held"]) for c in ref_claims)
-    ref_papers = Counter(verdict_text(c["held"]) for i, c in ref_items
-                         if quick.get(i, {}).get("source_key") != OURS)
-    ref_ours = len(ref_items) - sum(ref_papers.values())
+    ref_papers = [c for i, c in ref_items if quick.get(i, {}).get("source_key") != OURS]
+    ref_ours = [c for i, c in ref_items if quick.get(i, {}).get("source_key") == OURS]
+    deterministic = sum(bool(c.get("deterministic")) for c in quick.values())
     done = [n for n, e in references.items() if e["status"] == "reference"]
     pending = {n: e for n, e in references.items() if e["status"] != "reference"}
     kinds = Counter(d["kind"] for d in diagnoses.values())
@@ -136,16 +162,18 @@ def render() -> str:
         f"(commit {', '.join(c[:7] for c in quick_record['commits'])}), the reference runs "
         "under `docs/results/` and the hand-written diagnoses in `docs/results/diagnoses.json`.",
         "",
-        f"- **Quick scale** ({len(quick)} claims): {quick_counts['held']} held, "
-        f"{quick_counts['not held']} not held, {quick_counts['undecided']} undecided; of "
-        f"these, the documents' claims ({len(papers)}): {paper_counts['held']} held, "
-        f"{paper_counts['not held']} not held, {paper_counts['undecided']} undecided, and "
-        f"{ours} claims of our own (predictions, choices and checks of actlab).",
+        f"- **Quick scale** ({len(quick)} claims): {_counts(quick.values())}. The documents' "
+        f"claims ({len(papers)}): {_counts(papers)}; claims of our own (predictions, choices "
+        f"and checks of actlab) ({ours}): {_counts(c for c in quick.values() if c not in papers)}."
+        f" {deterministic} claims are judged on one value (closed forms, theory checks, exact "
+        "counts); the rest on an interval over seeds.",
         f"- **Reference scale** ({len(done)} of {len(references)} experiments, "
-        f"{len(ref_claims)} claims): {ref_counts['held']} held, {ref_counts['not held']} not "
-        f"held, {ref_counts['undecided']} undecided; the documents' claims "
-        f"({sum(ref_papers.values())}): {ref_papers['held']} held, {ref_papers['not held']} not "
-        f"held, {ref_papers['undecided']} undecided, and {ref_ours} of our own.",
+        f"{len(ref_claims)} claims): {_counts(ref_claims)}. The documents' claims "
+        f"({len(ref_papers)}): {_counts(ref_papers)}; ours ({len(ref_ours)}): "
+        f"{_counts(ref_ours)}.",
+        f"- **Bars chosen after seeing our values** ({len(post_hoc)}, counted in the lines "
+        "above and named here so they are read with that in mind): "
+        f"{', '.join(post_hoc) if post_hoc else 'none'}.",
         *(["- **Pending**: " + ", ".join(f"{n} — {e['status']}"
                                          for n, e in sorted(pending.items())) + "."]
           if pending else []),
@@ -161,9 +189,12 @@ def render() -> str:
         "measure against how the paper does; *difference*: our setting matches and the result "
         "differs; *open*: the evidence is not in yet.",
         "",
-        "Reference values are the experiment's default scale (`actlab run EXPERIMENT`); "
-        "± is the standard deviation over seeds of the claim's value computed from each seed "
-        "alone, where the experiment runs one seed per unit.",
+        "Reference values are the experiment's default scale (`actlab run EXPERIMENT`). "
+        "A claim over seeds is judged on its per-seed sample (docs/runner.md, \"Verdicts over "
+        "seeds\"): each cell shows the value, the 95 % interval of the judged quantity "
+        "(value minus its bar, per seed) and the number of seeds n. A *seeds* diagnosis is "
+        "the reason a claim is undecided for want of seeds: too few, an interval across the "
+        "bar (with the seeds that would separate it), or a kept run without per-seed data.",
         "",
         "*number quoted* holds only numbers the cited document states; *our prediction* holds "
         "what actlab predicts at the quick run's setting (a theory of ours, e.g. eq. 61 of "

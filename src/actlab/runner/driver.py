@@ -20,6 +20,7 @@ from typing import Any
 from actlab.errors import ConfigError
 from actlab.runner.atomic import dumps
 from actlab.runner.backends import BACKENDS, run_local, run_ray, threads_per_worker
+from actlab.runner.claims_figure import draw_claims_figure
 from actlab.runner.config import build_config, config_to_dict
 from actlab.runner.env import environment
 from actlab.runner.execute import UnitTask, error_headline, module_root
@@ -266,6 +267,7 @@ def _summarize(
         figures = run_dir.figures_dir / slug(point_label(point)) if sweep else run_dir.figures_dir
         ctx = RunContext(out_dir=run_dir.path, figures_dir=figures)
         summary, point_claims, by_seed = summarize_seeds(plan.experiment, config, mine, ctx)
+        draw_claims_figure(point_claims, ctx)
         claims += [{**claim, "point": point_label(point)} for claim in point_claims]
         summaries.append({"point": point, "summary": summary})
         seed_summaries.append({"point": point, **by_seed})
