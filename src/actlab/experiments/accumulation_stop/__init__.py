@@ -5,8 +5,8 @@ Each model trains on digits with each norm; Percentile Centering computes its st
 every step (``percentile``) or only for ``warmup`` steps, after which Accumulation Stop freezes
 them (``percentile-frozen``). Throughput after warm-up is steps per second of this thread's CPU
 time (robust to a shared machine), the median over blocks of steps as in
-``benchmarks/percentile.py``, reported as a ratio to LayerNorm with its noise (within the noise
-of 1.0 the speed claim is undecided), with test accuracy beside it. The paper measured GPU
+``benchmarks/percentile.py``, reported as a ratio to LayerNorm with its noise (the speed claim is
+judged on the 95 % interval of the per-seed ratios), with test accuracy beside it. The paper measured GPU
 throughput (DiT-S/2, MaxViT-T): up to 28% slower while computing percentiles, 1.00-1.34x the
 baseline once frozen, quality within 2%.
 """
