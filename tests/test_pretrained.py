@@ -99,9 +99,13 @@ def test_relufy_toy_run(tmp_path) -> None:
     assert stages["original"]["cosine_to_original"] == pytest.approx(1.0, abs=1e-5)
     assert stages["relu"]["cosine_to_original"] < 0.99
     assert stages["original"]["sparsity"] < 0.05 < 0.5 < stages["relu"]["sparsity"]
-    # ReLU zeroes exactly the negative pre-activations (a zero pre-activation has measure 0)
-    assert stages["relu"]["sparsity"] == pytest.approx(stages["relu"]["preact_neg_frac"], abs=1e-4)
-    assert len(outcome.claims) == 4
+    # ReLU zeroes exactly the negative pre-activations (a zero pre-activation has measure 0),
+    # at the swap and after the fine-tune: by construction, so a test and not a claim
+    for stage in ("relu", "relu_finetuned"):
+        assert stages[stage]["sparsity"] == pytest.approx(stages[stage]["preact_neg_frac"],
+                                                          abs=1e-4), stage
+    assert len(outcome.claims) == 3
+    assert not any("matches-negative-share" in c["id"] for c in outcome.claims)
 
 
 def test_pretrained_profile_records_the_shared_profile_metrics(tmp_path) -> None:
@@ -118,3 +122,31 @@ def test_pretrained_profile_records_the_shared_profile_metrics(tmp_path) -> None
     assert summary["down_proj_input_range"]["2"] == layer["down_input_range"]
     assert len(summary["massive_ratios"]) == 6 and min(summary["massive_ratios"]) > 1
 
+
+
+def _profile_summary(ranges: list[float]) -> dict:
+    """A pretrained-profile summary with these down-projection input ranges per layer."""
+    import statistics
+
+    return {"layers": {str(i): {"down_input_range": r} for i, r in enumerate(ranges)},
+            "range_max_over_median": max(ranges) / statistics.median(ranges),
+            "range_max_layer": ranges.index(max(ranges)), "mean_preact_neg_frac": 0.7}
+
+
+def test_pretrained_profile_locates_a_spike_only_where_there_is_one() -> None:
+    from actlab.runner.experiment import get_experiment
+
+    exp = get_experiment("pretrained-profile")
+
+    def early(ranges):
+        return {c.id: c for c in exp.claims(_profile_summary(ranges))}[
+            "pretrained-profile/model/spike-in-early-layer"]
+
+    # 10x the median in layer 1 of 6: a spike, in the first half
+    spiky = early([1.0, 10.0, 1.0, 1.0, 1.0, 1.0])
+    assert spiky.held is True and not spiky.precondition and spiky.deterministic
+    assert early([1.0, 1.0, 1.0, 1.0, 10.0, 1.0]).held is False  # a spike, but late
+    # at most 4x the median (the paper's bound for models without spikes): nothing to locate
+    flat = early([1.0, 4.0, 1.0, 1.0, 1.0, 1.0])
+    assert flat.held is None and flat.precondition.startswith("no spike to locate")
+    assert early([1.0, 4.01, 1.0, 1.0, 1.0, 1.0]).held is True

@@ -42,7 +42,8 @@ def test_sparsity_points_fit_and_claims(tmp_path):
     assert {"model", "method", "level", "accuracy", "neg_frac", "sparsity"} <= set(points[0])
     for key in ("A", "B", "N", "r2", "cliff_sparsity"):
         assert key in summary
-    # Percentile Centering (LayerNorm flavour, no learned shift) sets ReLU's zero share to q
+    # Percentile Centering (LayerNorm flavour, no learned shift) sets ReLU's zero share to q:
+    # true by construction, so a test and not a claim of the experiment
     for p in points:
         if p["method"] == "percentile":
             assert p["sparsity"] == pytest.approx(p["level"], abs=0.02)
@@ -52,7 +53,9 @@ def test_sparsity_points_fit_and_claims(tmp_path):
     groups = {(p["model"], p["method"]) for p in points}
     for g in groups:
         assert max(p["normalized_accuracy"] for p in points if (p["model"], p["method"]) == g) == 1.0
-    assert any("Percentile Centering" in c.claim for c in exp.claims(summary))
+    ids = {c.id for c in exp.claims(summary)}
+    assert "sparsity/percentile/centering-sets-sparsity" not in ids
+    assert "sparsity/percentile/skip-more-robust" in ids
     assert (tmp_path / "figures" / "sparsity_cliff.png").exists()
     assert (tmp_path / "figures" / "topk_frozen_kept.png").exists()
 
@@ -80,6 +83,13 @@ def test_sparsity_gpt_rows_loss_shares_flat_region_and_claims(tmp_path):
         elif method == "topk":  # exact Top-K keeps ceil(K m) GELU outputs per token
             assert p["sparsity"] == pytest.approx(1 - math.ceil(level * hidden) / hidden, abs=1e-6)
             assert p["target"] == pytest.approx(1 - level)
+    # so the two methods give the same sparsity at one target up to 2 / m: by construction, a
+    # test and not a claim (their negative shares are a claim)
+    for target in (0.3, 0.7):
+        pc = next(p for p in gpt["points"] if p["method"] == "percentile" and p["target"] == target)
+        tk = next(p for p in gpt["points"] if p["method"] == "topk"
+                  and p["target"] == pytest.approx(target))
+        assert abs(pc["sparsity"] - tk["sparsity"]) <= 2 / hidden
     exact = [p for p in gpt["points"] if p["method"] != "topk-frozen"]
     inside = [p["loss"] for p in exact if 0.09 <= p["sparsity"] <= 0.79]
     assert gpt["flat_range_rise"] == pytest.approx(max(inside) - min(inside))
@@ -93,9 +103,9 @@ def test_sparsity_gpt_rows_loss_shares_flat_region_and_claims(tmp_path):
         assert pair["difference"] == pytest.approx(points[("topk-frozen", pair["level"])]["loss"]
                                                    - ref["loss"])
     ids = {c.id for c in exp.claims(summary)}
-    assert {"sparsity/gpt/loss-flat-11-to-77", "sparsity/gpt/methods-match-sparsity",
-            "sparsity/gpt/methods-match-neg-frac",
+    assert {"sparsity/gpt/loss-flat-11-to-77", "sparsity/gpt/methods-match-neg-frac",
             "sparsity/gpt-topk-frozen/matches-exact-topk"} <= ids
+    assert "sparsity/gpt/methods-match-sparsity" not in ids
     assert (tmp_path / "figures" / "sparsity_gpt.png").exists()
     with pytest.raises(ConfigError, match="gpt_steps"):
         build_config(exp.Config, {"models": "gpt", "frozen_models": "gpt", "gpt_steps": 10,

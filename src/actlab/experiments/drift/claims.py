@@ -1,6 +1,12 @@
 """The claims of the ``drift`` experiment, read from its summary ("Bug or Feature²" §2-4,
 App. A-C); two are our own checks (PyTorch's default init, the two activations the
-released code trained as ReLU)."""
+released code trained as ReLU).
+
+Over seeds: no claim is deterministic (trained, randomly initialised networks). Every
+comparison is paired (a seed gives every activation, optimizer and learning rate the same
+initial weights and batch order) except PyTorch's default init against He init, whose two
+arms start from different weights (unpaired, Welch).
+"""
 
 from __future__ import annotations
 
@@ -125,7 +131,7 @@ def _relu_conditions(relu: dict) -> list[ClaimSpec]:
                  "He-init shift)",
             measured="default {default:+.2e} vs He {he:+.2e}",
             check=lt(abs(n["default"]), n["ratio"] * abs(n["he"])), source="actlab",
-            numbers=n))
+            numbers=n, paired=False))  # two inits: the arms share no initial weights
     sk = relu.get("skip")
     if sk and sk["mean_shift_later_layers"] is not None:
         n = {"shift": sk["mean_shift_later_layers"]}

@@ -7,9 +7,18 @@ check of ours (source ``actlab``): a sign or zero that the proof itself guarante
 closed form we derived from the stated assumptions (docs/theory.md). A single estimate
 holds when it is within ``k`` standard errors; the largest |z| of a family of ``m``
 estimates is held to :func:`~.summary.family_k` (the same false-alarm chance as one).
+
+Over seeds every claim is deterministic: each is a closed form, an exact enumeration or a
+Monte Carlo estimate whose bar already holds the estimate's own standard error (|z| bars,
+``mean +- k SE`` bounds, ``within k SE`` tolerances, and the correction order's tolerance
+minus ``k SE``); the seeds of a run are pooled into one estimate (inverse-variance means,
+family-wise bars over every seed's units), so the claim is judged on that value, not on an
+interval over seeds.
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 from actlab.experiments.drift_theory.summary import (
     family_k,
@@ -48,7 +57,8 @@ def claims(summary: dict) -> list[Claim]:
             specs += _covariance_theory(recs, k)
         elif run == "covariance":
             specs += _covariance(recs, k)
-    return judge_all(specs)
+    # deterministic: judged on the pooled estimate against a bar that holds its SE (docstring)
+    return judge_all([replace(spec, deterministic=True) for spec in specs])
 
 
 def _bar(k: float, size: float) -> float:
@@ -206,17 +216,18 @@ def _cross_entropy(run: str, recs: list[dict], k: float, classes: int) -> list[C
         "eps2": None if eps is None else 2 * eps,
         "resolution": None if exponent_se is None else k * exponent_se,
     }
+    # the estimate's k-SE interval inside the tolerance: |order - 4| <= tol - k SE
+    n["margin"] = None if n["resolution"] is None else ORDER_TOLERANCE - n["resolution"]
     specs.append(
         ClaimSpec(
             id=claim_id(NAME, run, "ce-correction-order"),
             text=f'App. A.2, C = {classes}: "The leading non-vanishing correction to (12) that '
             "survives expectation is O(||f||^4)\": the correction's order in the output scale "
-            "is {order:g} (within {tol:g}, resolved to better than {tol:g} at k = {k:g} SE)",
-            measured="order {exponent:.3f} +- {se:.3f} (output scales {eps:g} and {eps2:g})",
-            check=all_of(
-                within(exponent, CORRECTION_ORDER, ORDER_TOLERANCE),
-                lt(n["resolution"], ORDER_TOLERANCE),
-            ),
+            "is {order:g} (within {tol:g} with k = {k:g} SE of the estimate: |order - "
+            "{order:g}| <= {tol:g} - k SE)",
+            measured="order {exponent:.3f} +- {se:.3f} (output scales {eps:g} and {eps2:g}); "
+            "tolerance left after k SE {margin:.3f}",
+            check=within(exponent, CORRECTION_ORDER, n["margin"]),
             source=PAPER,
             where="App. A.2",
             numbers=n,

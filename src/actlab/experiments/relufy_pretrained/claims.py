@@ -4,7 +4,13 @@ two checks of our own (the fine-tune finished; it brings the embedding back).
 
 Table 3 converts the authors' own GELU-trained classifiers with one epoch of fine-tuning; this
 experiment applies its statements to a public pretrained language model (MiniLM), which the
-paper did not convert.
+paper did not convert. "The resulting sparsity closely matches" the negative share is true of
+ReLU by construction (it zeroes exactly its negative inputs): a test of actlab
+(``tests/test_pretrained.py``), not a claim.
+
+Over seeds: every claim reads the fine-tuned model, whose fine-tune the seed draws (batches,
+dropout), so none is deterministic (the original model and the bare swap are); each is paired
+(one seed's stages share the fine-tune).
 """
 
 from __future__ import annotations
@@ -26,9 +32,8 @@ def claims(summary: dict) -> list[Claim]:
             measured="diverged", check=among("diverged", ["finished"]), source="actlab")])
     tuned, swap = stages["relu_finetuned"], stages["relu"]
     n = {"sparsity_low": 0.55, "sparsity_high": 0.74,  # §5.1: "yields 55-74% ... sparsity"
-         "match_tol": 0.02, "change_tol": 0.05,  # ours: "closely matches", "changes little"
+         "change_tol": 0.05,  # ours: "changes little"
          "sparsity": tuned["sparsity"], "sparsity_swap": swap["sparsity"],
-         "gap": abs(tuned["sparsity"] - tuned["preact_neg_frac"]),
          "change": tuned["preact_neg_frac"] - stages["original"]["preact_neg_frac"],
          "cos_swap": swap["cosine_to_original"], "cos_tuned": tuned["cosine_to_original"]}
     return judge_all([
@@ -41,12 +46,6 @@ def claims(summary: dict) -> list[Claim]:
             check=all_of(ge(n["sparsity"], n["sparsity_low"]),
                          le(n["sparsity"], n["sparsity_high"])),
             source=PAPER, where=WHERE, numbers=n, quoted=("sparsity_low", "sparsity_high")),
-        ClaimSpec(
-            id=claim_id(NAME, "model", "sparsity-matches-negative-share"),
-            text="the resulting sparsity closely matches the share of negative pre-activations "
-                 "(within {match_tol:g})",
-            measured="|difference| {gap:.4f}", check=le(n["gap"], n["match_tol"]),
-            source=PAPER, where=WHERE, numbers=n),
         ClaimSpec(
             id=claim_id(NAME, "model", "negative-share-changes-little"),
             text="the share of negative pre-activations changes little after conversion "

@@ -1,5 +1,11 @@
 """The claims of the ``sparse-activations`` experiment, read from its summary ("Bug or
-Feature²" §3 and §5.1, Table 1)."""
+Feature²" §3 and §5.1, Table 1).
+
+Over seeds: no claim is deterministic (trained models). Activations compared within one setup
+are paired (a seed gives them the same initial weights and batches); a claim that compares
+setups (ReLU² with and without a norm, ResNet+BatchNorm against the MLPs and the ViT) is
+unpaired (Welch), since the architectures differ.
+"""
 
 from __future__ import annotations
 
@@ -43,7 +49,8 @@ def claims(summary: dict) -> list[Claim]:
                  "and recovers with LayerNorm/RMSNorm (more than {margin_pp:g} pp above that)",
             measured="no norm {relu2:.3f} (ReLU {relu:.3f}); with norm {normed:.3f}",
             check=all_of(lt(relu2_none, relu_none - margin), gt(n["normed"], relu2_none + margin)),
-            source=PAPER, where=WHERE, numbers=n))
+            source=PAPER, where=WHERE, numbers=n,
+            paired=False))  # the second part compares two architectures (Welch for both)
     r2_bn, r_bn = get("resnet:batchnorm", "relu2", "accuracy_mean"), get("resnet:batchnorm", "relu", "accuracy_mean")
     if r2_bn is not None and r_bn is not None:
         n = {"relu2": r2_bn, "relu": r_bn, "margin_pp": 10}
@@ -109,7 +116,7 @@ def claims(summary: dict) -> list[Claim]:
             measured="ReLU neg share: others mean {others:.3f}, ResNet+BN {bn:.3f}",
             check=all_of(ge(n["others"], n["floor"]), lt(bn, n["others"])),
             source=PAPER, where="§3, Table 1", numbers=n,
-            quoted=("typical_low", "typical_high")))
+            quoted=("typical_low", "typical_high"), paired=False))  # ResNet vs the others
     specs += _gpt_claims(cells)
     return judge_all(specs)
 

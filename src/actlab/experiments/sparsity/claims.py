@@ -1,5 +1,16 @@
 """The claims of the ``sparsity`` experiment, read from its summary ("Bug or Feature²" §4-4.1,
-App. A.3)."""
+App. A.3).
+
+Over seeds: no claim is deterministic (trained models; the fit and the cliff are fitted to
+their accuracies). The MLP against the MLP with skips compares two architectures (unpaired,
+Welch); the other comparisons are within one model and seed (the frozen against exact Top-K,
+Percentile against Top-K on the GPT) or against constants (paired). Two statements are true by construction and are
+tests, not claims (``tests/test_sparsity_experiments.py``): Percentile Centering in the
+LayerNorm flavour sets ReLU's sparsity to its level (a per-token percentile puts a fixed share
+of every token's inputs below zero), and on the GPT the two methods give the same sparsity at
+one target (Percentile: ``floor(q (m-1)) + 1`` of ``m`` per token; exact Top-K: ``m -
+ceil(K m)``).
+"""
 
 from __future__ import annotations
 
@@ -110,7 +121,7 @@ def claims(summary: dict) -> list[Claim]:
                      "sparsity",
                 measured="level {level:g}: MLP {mlp:.3f} vs MLP+skip {skip:.3f}",
                 check=gt(n["skip"], n["mlp"]), source=PAPER, where="§4.1, App. A.3",
-                numbers=n))
+                numbers=n, paired=False))  # two architectures
         level = LEVEL_95[method]
         if level in plain and level in skip:
             n = {**AT_95, "level": level, "mlp": plain[level]["accuracy"],
@@ -128,15 +139,6 @@ def claims(summary: dict) -> list[Claim]:
                 source=PAPER, where="§4.1", numbers=n, quoted=("chance", "skip", "sparsity")))
     specs += frozen_claims(summary.get("frozen_topk") or {})
     specs += gpt_claims(summary.get("gpt") or {})
-    pc = [p for p in points if p["method"] == "percentile" and p["model"] in ("mlp", "mlp-skip", "vit")]
-    if pc:
-        n = {"err": max(abs(p["sparsity"] - p["level"]) for p in pc), "tol": 0.05}
-        specs.append(ClaimSpec(
-            id=claim_id("sparsity", "percentile", "centering-sets-sparsity"),
-            text="Percentile Centering sets the sparsity of the following ReLU to q "
-                 "(LayerNorm flavour, |s - q| < {tol:g})",
-            measured="max |s - q| = {err:.3f}", check=lt(n["err"], n["tol"]), source=PAPER,
-            where="§4", numbers=n))
     return judge_all(specs)
 
 
@@ -196,7 +198,9 @@ def gpt_claims(gpt: dict) -> list[ClaimSpec]:
     pc = {round(p["target"], 9): p for p in points if p["method"] == "percentile"}
     tk = {round(p["target"], 9): p for p in points if p["method"] == "topk"}
     common = sorted(set(pc) & set(tk))
-    for share, label in (("sparsity", "sparsity"), ("neg_frac", "negative pre-activation share")):
+    # the sparsity of the two methods agrees by construction (module docstring): a test; their
+    # negative shares need not (Top-K's GELU inputs are what training makes them)
+    for share, label in (("neg_frac", "negative pre-activation share"),):
         if not common:
             break
         worst = max(common, key=lambda t: abs(pc[t][share] - tk[t][share]))
