@@ -92,7 +92,8 @@ class Ablations(Experiment):
                   ctx: RunContext) -> dict:
         """Per variant: final losses, relative improvement, wins, crossover; Fig. 14."""
         variants = [r["unit"]["variant"] for r in results]
-        ablations_figure(config, table, variants, ctx)
+        if ctx.draw:  # the run's figures; not redrawn for each seed alone
+            ablations_figure(config, table, variants, ctx)
         return summarize(config, table, results)
 
     def claims(self, summary: dict) -> list[Claim]:

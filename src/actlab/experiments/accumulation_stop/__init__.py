@@ -149,7 +149,8 @@ class AccumulationStop(Experiment):
                   results: list[dict[str, Any]], ctx: RunContext) -> dict:
         """Per model and norm: steps/s, ratio to LayerNorm, accuracy."""
         summary = build_summary(config, table, results)
-        draw_figures(summary["models"], ctx)
+        if ctx.draw:  # the run's figures; not redrawn for each seed alone
+            draw_figures(summary["models"], ctx)
         return summary
 
     def claims(self, summary: dict) -> list[Claim]:

@@ -169,7 +169,8 @@ class BiasComponent(Experiment):
                   results: list[dict[str, Any]], ctx: RunContext) -> dict:
         """Similarity peaks and final values per model, loss residuals; the figures."""
         summary = build_summary(config, table, results)
-        draw_figures(table, results, ctx)
+        if ctx.draw:  # the run's figures; not redrawn for each seed alone
+            draw_figures(table, results, ctx)
         # Which of the paper's effects this run reproduced, in words (from the claims).
         summary["note"] = [f"{'reproduced' if c.held else 'NOT reproduced'}: {c.claim} "
                            f"({c.measured})" for c in self.claims(summary)]

@@ -160,7 +160,8 @@ class DeadUnitsExperiment(Experiment):
         """Per shallow run the dead share after epoch 1 and the last epoch and the final cost
         (mean over seeds, and per seed); the deep stack's shares."""
         summary = build_summary(config, table)
-        dead_units_figure(table, config, ctx)
+        if ctx.draw:  # the run's figures; not redrawn for each seed alone
+            dead_units_figure(table, config, ctx)
         return summary
 
     def claims(self, summary: dict) -> list[Claim]:

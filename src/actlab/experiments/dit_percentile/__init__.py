@@ -170,7 +170,8 @@ class DiTPercentile(Experiment):
     ) -> dict:
         """Paired differences to LayerNorm with seed spreads, speed ratios; the figures."""
         summary = build_summary(config, table, results)
-        draw_figures(config, table, results, summary, ctx)
+        if ctx.draw:  # the run's figures; not redrawn for each seed alone
+            draw_figures(config, table, results, summary, ctx)
         return summary
 
     def claims(self, summary: dict) -> list[Claim]:

@@ -104,7 +104,8 @@ class DiTShift(Experiment):
     ) -> dict:
         """Residuals with seed spreads, FID per checkpoint, overshoot; the figures."""
         summary = build_summary(config, table, results)
-        draw_figures(config, table, results, ctx)
+        if ctx.draw:  # the run's figures; not redrawn for each seed alone
+            draw_figures(config, table, results, ctx)
         return summary
 
     def claims(self, summary: dict) -> list[Claim]:

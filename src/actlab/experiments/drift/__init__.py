@@ -178,7 +178,8 @@ class Drift(Experiment):
                   ctx: RunContext) -> dict:
         """Per-activation drift, gradient sign, sparsity; figures of the trajectories."""
         sweep = [DriftRun.of(u) for u in self.units(config) if u["condition"] == "sweep"]
-        draw_figures(config, table, sweep, ctx)
+        if ctx.draw:  # the run's figures; not redrawn for each seed alone
+            draw_figures(config, table, sweep, ctx)
         return build_summary(config, table, results, sweep)
 
     def claims(self, summary: dict) -> list[Claim]:

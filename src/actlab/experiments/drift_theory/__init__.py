@@ -137,7 +137,8 @@ class DriftTheory(Experiment):
     ) -> dict:
         """Per part and seed the estimates, their errors and the closed forms; the figures."""
         summary = build_summary(config, table)
-        draw_figures(summary, ctx)
+        if ctx.draw:  # the run's figures; not redrawn for each seed alone
+            draw_figures(summary, ctx)
         return summary
 
     def claims(self, summary: dict) -> list[Claim]:

@@ -152,7 +152,8 @@ class GalleryExperiment(Experiment):
                   ctx: RunContext) -> dict:
         """Tables as nested dicts, headline comparisons, and the figures."""
         summary = build_summary(config, table)
-        draw_gallery_figures(ctx, summary, table, config.plot_range)
+        if ctx.draw:  # the run's figures; not redrawn for each seed alone
+            draw_gallery_figures(ctx, summary, table, config.plot_range)
         print_tables(summary)
         return summary
 

@@ -123,7 +123,8 @@ class GatedFFNExperiment(Experiment):
                   ctx: RunContext) -> dict:
         """Per-variant costs and quality, the thresholds and the selection."""
         summary = build_summary(config, table, results)
-        draw(summary, ctx)
+        if ctx.draw:  # the run's figures; not redrawn for each seed alone
+            draw(summary, ctx)
         return summary
 
     def claims(self, summary: dict) -> list[Claim]:

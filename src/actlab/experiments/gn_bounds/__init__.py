@@ -354,7 +354,8 @@ class GnBounds(Experiment):
     ) -> dict:
         """Per checkpoint the seed means; the claims' numbers; the figures."""
         summary = build_summary(config, table)
-        draw_figures(summary, results, ctx)
+        if ctx.draw:  # the run's figures; not redrawn for each seed alone
+            draw_figures(summary, results, ctx)
         return summary
 
     def claims(self, summary: dict) -> list[Claim]:

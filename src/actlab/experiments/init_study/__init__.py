@@ -171,7 +171,8 @@ class InitStudyExperiment(Experiment):
         """Per configuration (top-level key = its name): ``verdict``, ``late_costs`` (per seed,
         ``None`` for an overflow) and ``test_accuracy``; plus ``protocol`` and ``seeds``."""
         summary = build_summary(config, table)
-        init_study_figures(summary, table, list(CONFIGURATIONS), ctx)
+        if ctx.draw:  # the run's figures; not redrawn for each seed alone
+            init_study_figures(summary, table, list(CONFIGURATIONS), ctx)
         return summary
 
     def claims(self, summary: dict) -> list[Claim]:

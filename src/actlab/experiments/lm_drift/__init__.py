@@ -120,7 +120,8 @@ class LMDriftExperiment(Experiment):
                   ctx: RunContext) -> dict:
         """Per arm: start and end of each trajectory, averaged over blocks and seeds; figure."""
         summary = build_summary(config, table, results)
-        draw(table, config, ctx)
+        if ctx.draw:  # the run's figures; not redrawn for each seed alone
+            draw(table, config, ctx)
         return summary
 
     def claims(self, summary: dict) -> list[Claim]:

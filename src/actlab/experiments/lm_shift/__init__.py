@@ -107,7 +107,8 @@ class LMShiftExperiment(Experiment):
                   ctx: RunContext) -> dict:
         """Residuals, final losses and overshoot per activation; figures."""
         summary = build_summary(config, table, results)
-        draw(table, config, ctx)
+        if ctx.draw:  # the run's figures; not redrawn for each seed alone
+            draw(table, config, ctx)
         return summary
 
     def claims(self, summary: dict) -> list[Claim]:

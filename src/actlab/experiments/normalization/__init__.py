@@ -89,7 +89,8 @@ class NormalizationExperiment(Experiment):
                   ctx: RunContext) -> dict:
         """First and last hidden layer's gradient norm per stack and variant (first seed)."""
         seed, curves = read_curves(table)
-        draw_figure(curves, ctx)
+        if ctx.draw:  # the run's figures; not redrawn for each seed alone
+            draw_figure(curves, ctx)
         return build_summary(seed, curves)
 
     def claims(self, summary: dict) -> list[Claim]:

@@ -95,7 +95,8 @@ class PretrainedProfileExperiment(Experiment):
                   ctx: RunContext) -> dict:
         """Per-layer statistics, range max/median over layers, and a figure."""
         summary = build_summary(table, results)
-        draw(summary, ctx)
+        if ctx.draw:  # the run's figures; not redrawn for each seed alone
+            draw(summary, ctx)
         return summary
 
     def claims(self, summary: dict) -> list[Claim]:

@@ -127,7 +127,8 @@ class Relufication(Experiment):
                   results: list[dict[str, Any]], ctx: RunContext) -> dict:
         """Per model and phase: mean ± sd of accuracy, negative share, sparsity."""
         summary = build_summary(config, table, results)
-        draw_figures(summary["models"], ctx)
+        if ctx.draw:  # the run's figures; not redrawn for each seed alone
+            draw_figures(summary["models"], ctx)
         return summary
 
     def claims(self, summary: dict) -> list[Claim]:

@@ -116,7 +116,8 @@ class RelufyPretrainedExperiment(Experiment):
                   ctx: RunContext) -> dict:
         """Per stage: mean sparsity, negative share, cosine to the original; per layer too."""
         summary = build_summary(config, table)
-        draw(summary, ctx)
+        if ctx.draw:  # the run's figures; not redrawn for each seed alone
+            draw(summary, ctx)
         return summary
 
     def claims(self, summary: dict) -> list[Claim]:

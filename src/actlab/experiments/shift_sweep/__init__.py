@@ -94,7 +94,8 @@ class ShiftSweep(Experiment):
                   ctx: RunContext) -> dict:
         """Per activation: theory shift, median per-seed best shift, loss ratio theory/best."""
         sweeps = loss_by_shift(table, results)
-        shift_sweep_figure(sweeps, ctx)
+        if ctx.draw:  # the run's figures; not redrawn for each seed alone
+            shift_sweep_figure(sweeps, ctx)
         return summarize(config, results, sweeps)
 
     def claims(self, summary: dict) -> list[Claim]:

@@ -150,7 +150,8 @@ class SignalExperiment(Experiment):
     def summarize(self, config: SignalConfig, table, results: list[dict], ctx: RunContext) -> dict:
         """Headline numbers of the first seed, and the figures."""
         summary = build_summary(config, table)
-        draw_figures(summary, results, ctx)
+        if ctx.draw:  # the run's figures; not redrawn for each seed alone
+            draw_figures(summary, results, ctx)
         return summary
 
     def claims(self, summary: dict) -> list[Claim]:

@@ -131,8 +131,9 @@ class SizeSweep(Experiment):
                   ctx: RunContext) -> dict:
         """Heat maps of relative improvement and optimal-shift distributions."""
         cells, samples = grid_cells(config, table), optimal_samples(table, results)
-        size_grid_figure(config, cells, ctx)
-        optimal_shift_figure(samples, ctx)
+        if ctx.draw:  # the run's figures; not redrawn for each seed alone
+            size_grid_figure(config, cells, ctx)
+            optimal_shift_figure(samples, ctx)
         return summarize(config, results, cells, samples)
 
     def claims(self, summary: dict) -> list[Claim]:

@@ -151,7 +151,8 @@ class SparseActivations(Experiment):
                   results: list[dict[str, Any]], ctx: RunContext) -> dict:
         """The table: setup -> activation -> mean and sd of each metric over seeds."""
         summary = build_summary(config, table, results)
-        draw_figures(summary["table"], config.activations, ctx)
+        if ctx.draw:  # the run's figures; not redrawn for each seed alone
+            draw_figures(summary["table"], config.activations, ctx)
         return summary
 
     def claims(self, summary: dict) -> list[Claim]:

@@ -221,7 +221,8 @@ class Sparsity(Experiment):
                   ctx: RunContext) -> dict:
         """Points, normalised accuracy, the cliff fit, figures."""
         summary = build_summary(config, table, results)
-        draw_figures(summary, ctx)
+        if ctx.draw:  # the run's figures; not redrawn for each seed alone
+            draw_figures(summary, ctx)
         return summary
 
     def claims(self, summary: dict) -> list[Claim]:

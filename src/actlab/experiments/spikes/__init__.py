@@ -102,7 +102,8 @@ class SpikesExperiment(Experiment):
     def summarize(self, config: SpikesConfig, table, results: list[dict], ctx: RunContext) -> dict:
         """Per activation: val loss mean/sd, per-layer max (over seeds) and mean range, sparsity."""
         summary = build_summary(config, table, results)
-        draw(summary, ctx)
+        if ctx.draw:  # the run's figures; not redrawn for each seed alone
+            draw(summary, ctx)
         return summary
 
     def claims(self, summary: dict) -> list[Claim]:

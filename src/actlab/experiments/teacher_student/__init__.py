@@ -137,7 +137,8 @@ class TeacherStudent(Experiment):
         summary = summarize(config, table, results)
         data = {r["unit"]["activation"]: r["data"] for r in results}
         if activation_present := [a for a in config.activations if a in data]:
-            teacher_student_figures(config, table, data, activation_present, ctx)
+            if ctx.draw:  # the run's figures; not redrawn for each seed alone
+                teacher_student_figures(config, table, data, activation_present, ctx)
         return summary
 
     def claims(self, summary: dict) -> list[Claim]:

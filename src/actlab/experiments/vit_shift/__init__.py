@@ -185,7 +185,8 @@ class ViTShift(Experiment):
                   results: list[dict[str, Any]], ctx: RunContext) -> dict:
         """Final accuracies, paired residuals, overshoot; Fig. 6 and Fig. 7(a) figures."""
         summary = build_summary(config, table, results)
-        draw_figures(table, config.depth, ctx)
+        if ctx.draw:  # the run's figures; not redrawn for each seed alone
+            draw_figures(table, config.depth, ctx)
         return summary
 
     def claims(self, summary: dict) -> list[Claim]:
