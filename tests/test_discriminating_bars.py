@@ -108,6 +108,8 @@ def test_angle_direction_claim_lands_on_both_sides(angles, expected):
     assert claim.value == pytest.approx(angles[1] - angles[100])
     assert claim.quoted == {"paper_first": 76.25, "paper_last": 46.58}
     assert claim.source_key == "rethinking"
+    # its no-zigzag part was added after the default run's zigzag was seen: said so
+    assert "added after" in claim.post_hoc and "zigzag" in claim.post_hoc
 
 
 def test_angle_direction_for_other_activations_is_ours_and_needs_every_k():

@@ -14,10 +14,17 @@ here before the reference run:
 * :data:`HG_TOL`: the exact Hessian and the Gauss-Newton matrix "remain close" when their top
   eigenvalues differ by at most 10% of ``λmax(G)``.
 
-Each is judged on the seed means at every checkpoint (the worst checkpoint decides).
-Two claims are ours: the theorems themselves held at every point measured (a check of our
-code, since they cannot fail against their proofs), and eq. 49's per-layer mean shifts come
-within :data:`JOINT_NEAR` of the floor no shift can beat.
+Each is judged on the seed means at every checkpoint (the worst checkpoint decides); over
+seeds, each seed's worst checkpoint forms the sample (the runner's per-seed interval).
+One claim is ours: eq. 49's per-layer mean shifts come within :data:`JOINT_NEAR` of the
+floor no shift can beat, below the unshifted joint sharpness.
+
+The theorems themselves (eqs. 37, 38 with eq. 28's ``‖ε‖²``, 46, and eq. 28 stacked for eq.
+49) cannot fail against their proofs: that they held at every point measured is a check of
+our code, not a finding, so it is a test (``tests/test_gn_bounds.py``: no violations in a
+tiny run; ``tests/test_gn_bounds_theory.py``: the theorems on dense matrices), and the
+summary keeps the counts (``one_block.violations``, ``joint.violations_eq49``) for the report.
+No claim here is deterministic: every one is about trained, randomly initialised models.
 """
 
 from __future__ import annotations
@@ -44,7 +51,7 @@ def _condition(scale: dict) -> str:
 
 
 def one_block_claims(summary: dict) -> list[ClaimSpec]:
-    """Fig. 10 (left and right) and Fig. 11, and the theorems over training."""
+    """Fig. 10 (left and right) and Fig. 11."""
     one, scale = summary.get("one_block") or {}, summary.get("scale", {})
     if not one:
         return []
@@ -113,20 +120,7 @@ def one_block_claims(summary: dict) -> list[ClaimSpec]:
         if one["steps_after"]
         else f"no checkpoint at or after update {FIG11_AFTER}",
     )
-    violations = one["violations"]
-    n4 = {"total": sum(violations.values()), "points": one["points"], **violations}
-    theorems = ClaimSpec(
-        id=claim_id(NAME, cond, "theorems-hold-over-training"),
-        text="theory check: eqs. 37, 38 (with eq. 28's ‖ε‖² for unequal neuron means) and 46 "
-        "hold at every checkpoint, seed and shift measured",
-        measured="{total} violations in {points} checkpoint-seed points (eq37 {eq37}, "
-        "eq38 {eq38}, eq46 {eq46})",
-        check=le(n4["total"], 0),
-        source="actlab",
-        where="App. B.1.2-B.1.3, eqs. 28, 37, 38, 46",
-        numbers=n4,
-    )
-    return [track, near, hessian, theorems]
+    return [track, near, hessian]
 
 
 def joint_claims(summary: dict) -> list[ClaimSpec]:
@@ -142,7 +136,6 @@ def joint_claims(summary: dict) -> list[ClaimSpec]:
         "unshifted": trained["lambda_unshifted"],
         "at_means": trained["lambda_layer_means"],
         "floor": trained["lambda_floor"],
-        "violations": joint["violations_eq49"],
         "blocks": summary.get("scale", {}).get("joint_blocks", 0),
     }
     return [
@@ -151,15 +144,13 @@ def joint_claims(summary: dict) -> list[ClaimSpec]:
             text="eq. 49 on {blocks} down-projections with their activations held: shifting each "
             "block by its own mean activation brings the joint sharpness within a factor "
             "{bound:.2f} of the floor λmax(Σ_stack) at initialisation and after training "
-            "(seed means), below the unshifted one, and eq. 28 stacked holds",
+            "(seed means), below the unshifted one",
             measured="λ(μ̄_ℓ)/floor {init:.4f} at init, {trained:.4f} trained (λ unshifted "
-            "{unshifted:.3g}, at the means {at_means:.3g}, floor {floor:.3g}); "
-            "{violations} violations",
+            "{unshifted:.3g}, at the means {at_means:.3g}, floor {floor:.3g})",
             check=all_of(
                 le(n["init"], JOINT_NEAR),
                 le(n["trained"], JOINT_NEAR),
                 lt(n["at_means"], n["unshifted"]),
-                le(n["violations"], 0),
             ),
             source="actlab",
             where="App. B.1.4, eq. 49",
