@@ -9,6 +9,7 @@ import torch
 
 from actlab.data.spirals import data_seed, two_spirals
 from actlab.experiments.dead_units import DeadUnitsExperiment, dead_shares
+from actlab.experiments.dead_units.claims import claims
 from actlab.nn.deep_mlp import deep_mlp
 from actlab.recipes.spirals import train_binary_sgd
 from actlab.runner.config import build_config
@@ -63,7 +64,53 @@ def test_fresh_deep_stack_has_dead_units_and_one_batch_overstates():
     shares = dead_shares(model, x, 20)
     assert 0.05 < shares["total"] < 0.6  # the handbook: 22.7%
     assert shares["per_layer"][0] == 0.0  # first layer reads the data, which spans all angles
+    # by construction (a unit silent on the whole set is silent on every batch): a test
     assert all(b >= f for b, f in zip(shares["per_layer_batch"], shares["per_layer"]))
+
+
+def test_by_construction_dead_share_never_falls_and_leaky_relu_has_none(tmp_path):
+    # One hidden layer, plain SGD: a unit dead on the whole set gets zero gradient from every
+    # batch, so the dead share can only grow; leaky ReLU's output is never exactly zero. Both
+    # are tests, not claims.
+    exp = DeadUnitsExperiment()
+    config = build_config(exp.Config, {"epochs": 6})
+    ctx = UnitContext(workdir=tmp_path)
+    for run in ("relu-lr4", "leaky_relu-lr4"):
+        rows = _rows_by_key(exp.run_unit(config, {"part": "shallow", "run": run}, [0, 1],
+                                         ctx).rows)
+        for seed in (0, 1):
+            shares = [rows[(run, seed, epoch, "", "dead_share")] for epoch in range(7)]
+            if run == "relu-lr4":
+                assert shares[-1] > 0.2  # units do die at lr 4
+                assert all(b >= a for a, b in zip(shares, shares[1:])), shares
+            else:
+                assert shares == [0.0] * 7
+                assert rows[(run, seed, 6, "", "inactive_share")] > 0.0  # inactive, not dead
+
+
+def _summary(**deep) -> dict:
+    shallow = {"dead_share_epoch1": 0.6, "dead_share_epoch30": 0.75, "final_cost": 0.45,
+               "inactive_share_last": 0.6}
+    return {"epochs": 30, "shallow": {
+        "relu-lr4": {"mean": shallow},
+        "relu-lr0.5": {"mean": dict(shallow, dead_share_epoch1=0.0, dead_share_epoch30=0.0)},
+        "leaky_relu-lr4": {"mean": dict(shallow, dead_share_epoch1=0.0,
+                                        dead_share_epoch30=0.0, final_cost=0.36)}},
+        "deep": {"mean": {"dead_share": 0.227, "last_layer_full": 0.41,
+                          "last_layer_one_batch": 0.44, **deep}}}
+
+
+def test_claims_judge_what_can_fail():
+    held = {c.id: c.held for c in claims(_summary())}
+    assert all(held.values()), held
+    # equal estimates are not an overstatement (the strict part of the claim)
+    same = {c.id: c.held for c in claims(_summary(last_layer_one_batch=0.41))}
+    assert same["dead-units/deep/one-batch-overstates-dead-share"] is False
+    summary = _summary()
+    summary["shallow"]["leaky_relu-lr4"]["mean"]["final_cost"] = 0.5
+    assert {c.id: c.held for c in claims(summary)}[
+        "dead-units/leaky-relu-lr4/loses-none-lower-cost"] is False
+    assert not any(c.deterministic for c in claims(summary))
 
 
 def _rows_by_key(rows) -> dict:

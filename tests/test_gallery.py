@@ -21,12 +21,26 @@ def quick_run(tmp_path_factory):
 def test_quick_run_writes_figures_summary_and_claims(quick_run):
     assert quick_run.ok, quick_run.failure_lines()
     figures = {p.name for p in (quick_run.path / "figures").glob("*.png")}
+    # the experiment's four, and the runner's interval chart of the claims judged over seeds
     assert figures == {"activations.png", "gaussian_averages.png", "shifts_and_gains.png",
-                       "variance_recursion.png"}
+                       "variance_recursion.png", "claims_intervals.png"}
     summary = json.loads((quick_run.path / "summary.json").read_text())
-    assert set(summary) == {"averages", "shifts", "gains", "recursion", "landmarks"}
+    assert set(summary) == {"seed", "averages", "shifts", "gains", "recursion", "landmarks"}
     claims = json.loads((quick_run.path / "claims.json").read_text())
     assert len(claims) == 12 and len({c["id"] for c in claims}) == 12
+    # the tables and landmarks are closed forms, decided by their value; the recursion claims
+    # measure random networks and are judged over the three seeds
+    recursion = [c for c in claims if c["source_key"] == "handbook" and "Checking" in c["where"]]
+    assert len(recursion) == 4 and not any(c["deterministic"] for c in recursion)
+    assert all(c["deterministic"] for c in claims if c not in recursion)
+    assert all(c["n"] == 3 for c in recursion)
+    seeds = json.loads((quick_run.path / "seed_summaries.json").read_text())
+    assert seeds["seeds"] == [0, 1, 2] and not seeds["error"]
+    assert [s["seed"] for s in seeds["summaries"]] == [0, 1, 2]
+    ends = {s["recursion"]["ReLU, He"]["measured_net_input_variance"][-1]
+            for s in seeds["summaries"]}
+    assert len(ends) == 3  # every seed draws its own networks
+    assert all(s["averages"] == summary["averages"] for s in seeds["summaries"])
 
 
 def test_published_values_are_reproduced(quick_run):
@@ -75,6 +89,25 @@ def test_recursion_section_has_every_layer(quick_run):
     for entry in recursion.values():
         assert len(entry["measured_net_input_variance"]) == 21  # 20 hidden + linear output
         assert len(entry["predicted_weight_gradient_norm"]) == 21
+
+
+def test_by_construction_linear_gains_equal_torch():
+    # recommended_gain returns 1 for PyTorch's linear names without computing anything, so the
+    # equality with calculate_gain there is a test, not part of the fixed-point-gains claim
+    from torch.nn.init import calculate_gain
+
+    from actlab.init import recommended_gain
+
+    for name in ("linear", "conv1d", "conv2d", "conv3d", "conv_transpose2d"):
+        assert recommended_gain(name) == calculate_gain(name) == 1.0
+
+
+def test_gains_claim_counts_only_the_quadrature_gains(quick_run):
+    summary = json.loads(json.dumps(quick_run.summary))
+    gains = {c.id: c for c in gallery_claims(summary)}["gallery/all/fixed-point-gains"]
+    assert gains.held is True and gains.deterministic
+    summary["gains"]["leaky_relu"]["equal"] = False
+    assert {c.id: c.held for c in gallery_claims(summary)}["gallery/all/fixed-point-gains"] is False
 
 
 def test_bad_config_names_the_field():

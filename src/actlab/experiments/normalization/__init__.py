@@ -57,7 +57,7 @@ class NormalizationExperiment(Experiment):
                    "page \"Activations and initialization\").")
     Config = NormalizationConfig
     quick: dict = {}  # seconds: quick is the full protocol
-    default_seeds = 1
+    default_seeds = 3  # random networks: every claim is judged over the seeds' own draws
     seeds_per_unit = 1
 
     def units(self, config: NormalizationConfig) -> list[dict]:

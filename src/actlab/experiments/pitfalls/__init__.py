@@ -200,7 +200,8 @@ AT_INIT = {"default_linear_scale": default_linear_scale, "wrong_fan_in_axis": wr
 
 @register
 class PitfallsExperiment(Experiment):
-    """Six common mistakes of the handbook, each measured, its expected relation a claim."""
+    """Six common mistakes of the handbook, each measured; the relations that could fail are
+    claims, those true by construction are tests."""
 
     name = "pitfalls"
     headline_figure = None
@@ -236,5 +237,5 @@ class PitfallsExperiment(Experiment):
         return build_summary(config, table)
 
     def claims(self, summary: dict) -> list[Claim]:
-        """One claim per demonstration, its expected relation and the measured numbers."""
+        """The relations the demonstrations should show (see :func:`.claims.specs`)."""
         return pitfalls_claims(summary)

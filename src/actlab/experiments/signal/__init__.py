@@ -112,7 +112,7 @@ class SignalExperiment(Experiment):
                    "\"Activations and initialization\").")
     Config = SignalConfig
     quick: dict = {}  # the whole experiment takes seconds; quick is the full protocol
-    default_seeds = 1
+    default_seeds = 3  # random networks: every claim is judged over the seeds' own draws
     seeds_per_unit = 1
 
     def units(self, config: SignalConfig) -> list[dict]:

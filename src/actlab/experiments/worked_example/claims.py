@@ -2,7 +2,8 @@
 
 Every published value is that of "Worked example" on the handbook page "Activations and
 initialization" (each claim cites the part of it, e.g. "The eight activations at three
-points"); the tolerance, half a unit in the fourth decimal the page shows, is ours.
+points"); the tolerance, half a unit in the fourth decimal the page shows, is ours. Every
+claim is deterministic: the inputs, weights and biases are the page's, nothing is drawn.
 """
 
 from __future__ import annotations
@@ -100,7 +101,8 @@ def _spec(condition: str, what: str, title: str, where: str, groups, *, unquoted
         text=f"{title}: {text} (each within {{tol:.0e}}){extra_text}",
         measured=f"{measured}{extra_measured}",
         check=check if extra is None else all_of(check, extra),
-        source="handbook", where=where, numbers=numbers, quoted=quoted + extra_quoted)
+        source="handbook", where=where, numbers=numbers, quoted=quoted + extra_quoted,
+        deterministic=True)  # fixed weights, closed forms: no seed enters any value
 
 
 def claims(values: dict) -> list[Claim]:
