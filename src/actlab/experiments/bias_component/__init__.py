@@ -171,9 +171,12 @@ class BiasComponent(Experiment):
         summary = build_summary(config, table, results)
         if ctx.draw:  # the run's figures; not redrawn for each seed alone
             draw_figures(table, results, ctx)
-        # Which of the paper's effects this run reproduced, in words (from the claims).
-        summary["note"] = [f"{'reproduced' if c.held else 'NOT reproduced'}: {c.claim} "
-                           f"({c.measured})" for c in self.claims(summary)]
+        # Which of the paper's effects the seed means show, in words (from the claims; the
+        # verdicts over seeds, with their intervals, are in claims.json).
+        words = {True: "shown by the seed means", False: "NOT shown by the seed means",
+                 None: "undecided"}
+        summary["note"] = [f"{words[c.held]}: {c.claim} ({c.measured})"
+                           for c in self.claims(summary)]
         return summary
 
     def claims(self, summary: dict) -> list[Claim]:
