@@ -1,6 +1,7 @@
 """``dit-shift`` and ``dit-percentile``: the shared DiT protocol, a real run of each through the
 runner at a unit-test size, the papers' models walked on the ``meta`` device, the claims'
-three-valued verdicts against the seed spread, and config errors naming their field."""
+verdicts on pooled means (the runner judges them again on every seed's own
+summary), and config errors naming their field."""
 
 from __future__ import annotations
 
@@ -161,60 +162,54 @@ def _verdicts(claims) -> dict[str, bool | None]:
     return {c.id.split("/", 1)[1]: c.held for c in claims}
 
 
-def test_shift_claims_follow_the_spread():
-    good = {
-        "high": -0.5,
-        "low": -1.5,
-        "seeds": 3,
-        "checkpoints": 4,
-        "worst_step": 10,
-        "worst_mean": -1.0,
-    }
-    within = {**good, "high": 0.5}
-    bad = {**good, "high": 2.0, "low": 0.5}
+def test_shift_claims_judge_every_checkpoint_end_first():
+    # pooled means of the paired residuals; the keys as they come back from JSON (strings)
     summary = {
         "loss_tolerance": 0.02,
-        "train_loss": good,
-        "fid": within,
-        "overshoot": {**bad, "shifted": 0.3, "unshifted": 0.1},
+        "train_loss_excess": {"10": -0.02, "100": -0.01, "50": -0.03},
+        "fid_residual": {"50": -1.0, "100": 0.5},
+        "overshoot": {"difference": -0.1, "shifted": 0.2, "unshifted": 0.3, "block": "block1"},
     }
-    verdicts = _verdicts(shift_claims(summary))
-    assert verdicts == {
+    claims = shift_claims(summary)
+    assert _verdicts(claims) == {
         "shifted/train-loss-comparable-or-lower": True,
-        "shifted/lower-fid-every-checkpoint": None,
-        "shifted/smaller-hidden-state-overshoot": False,
+        "shifted/lower-fid-every-checkpoint": False,  # the last checkpoint is not lower
+        "shifted/smaller-hidden-state-overshoot": True,
     }
-    assert _verdicts(shift_claims({}))["shifted/lower-fid-every-checkpoint"] is None
+    loss = claims[0]
+    # an all-of over the checkpoints, the end (step 100) first: the claim's main number
+    assert loss.comparison == "all-of" and loss.value == -0.01
+    assert [part["value"] for part in loss.check["parts"]] == [-0.01, -0.02, -0.03]
+    assert "step 100" in loss.measured and "largest -0.01 at step 100" in loss.measured
+    assert all(c.held is None for c in shift_claims({}))
 
 
-def test_percentile_claims_quote_the_paper_and_judge_speed_by_noise():
-    spread = {
-        "high": -0.1,
-        "low": -0.4,
-        "seeds": 2,
-        "checkpoints": 1,
-        "worst_step": "final",
-        "worst_mean": -0.2,
-    }
+def test_percentile_claims_quote_the_paper_and_are_one_sided_against_a_margin():
     summary = {
         "freeze_tolerance": 0.1,
-        "fid_vs_layernorm": spread,
-        "is_vs_layernorm": spread,
-        "frozen_fid_vs_layernorm": {**spread, "high": 0.2, "low": 0.05},
+        # relative differences, LayerNorm-worse sign convention: 0.05 is 5 % worse
+        "fid_vs_layernorm": {"mean": 0.05, "sd": 0.01, "seeds": 2},
+        "is_vs_layernorm": {"mean": 0.15, "sd": 0.01, "seeds": 2},
+        "frozen_fid_vs_layernorm": {"mean": 0.2, "sd": 0.01, "seeds": 2},
         "speed": {"warmup": {"ratio": 0.7, "noise": 0.02}, "after": {"ratio": 1.01, "noise": 0.05}},
-        "detail_vs_relu": {**spread, "relu": 0.8, "topk": 0.9},
+        "detail_vs_relu": {"per_k": {"gelu-topk-0.1": -0.1, "gelu-topk-0.05": 0.02},
+                           "relu": 0.8, "topk": 0.9},
     }
     claims = percentile_claims(summary)
     assert _verdicts(claims) == {
-        "percentile/fid-no-worse-than-layernorm": True,
-        "percentile/is-no-worse-than-layernorm": True,
+        "percentile/fid-no-worse-than-layernorm": True,  # 5 % worse, inside the 10 % margin
+        "percentile/is-no-worse-than-layernorm": False,  # 15 % worse
         "percentile-frozen/quality-close-to-layernorm": False,
         "percentile-frozen/slower-during-warmup": True,
-        "percentile-frozen/layernorm-speed-after-freezing": None,
-        "gelu-topk/sharper-detail-than-relu": True,
+        "percentile-frozen/layernorm-speed-after-freezing": True,
+        "gelu-topk/sharper-detail-than-relu": False,  # not at K = 0.05
     }
     fid = next(c for c in claims if c.id.endswith("fid-no-worse-than-layernorm"))
-    assert "48.21" in fid.claim and "49.4" in fid.claim
+    assert "48.21" in fid.claim and "49.4" in fid.claim and "ours" in fid.claim
+    assert fid.threshold == 0.1 and fid.post_hoc
+    detail = claims[-1]
+    # the Top-K levels in increasing K whatever order the summary lists them in
+    assert [part["value"] for part in detail.check["parts"]] == [0.02, -0.1]
 
 
 @pytest.mark.parametrize("name, n_units", [("dit-shift", 2), ("dit-percentile", 5)])
@@ -246,11 +241,27 @@ def test_a_real_run_through_the_runner(name, n_units, tmp_path):
     assert {"samples.png", "fid.png", "loss_residuals.png", "hidden_means.png"} <= {
         p.name for p in (outcome.path / "figures").iterdir()
     }
-    # one seed: no spread, so every quality claim is undecided, never decided by chance
-    quality = [c for c in outcome.claims if "speed" not in c["id"] and "warmup" not in c["id"]]
-    assert quality and all(c["held"] is None for c in quality)
+    # one seed: every claim compares trained models, so each is undecided, never by chance
+    assert outcome.claims and all(c["held"] is None for c in outcome.claims)
     if name == "dit-percentile":
         assert metrics >= {"steps_per_s", "steps_per_s_warmup"}
+
+
+@pytest.mark.parametrize("name", ["dit-shift", "dit-percentile"])
+def test_every_seed_is_summarised_and_every_claim_judged_on_its_sample(name, tmp_path):
+    import json
+
+    overrides = dict(TINY)
+    if name == "dit-percentile":
+        overrides["topk_levels"] = [0.1, 0.05]
+    outcome = run_experiment(name, "quick", overrides=overrides, n_seeds=2,
+                             options=RunOptions(out=tmp_path, progress=False))
+    assert outcome.ok, (outcome.failed, outcome.summary_error)
+    seeds = json.loads((outcome.path / "seed_summaries.json").read_text())
+    assert seeds["seeds"] == [0, 1] and not seeds["error"] and len(seeds["summaries"]) == 2
+    for claim in outcome.claims:  # each judged on both seeds' own values
+        assert claim["n"] == 2, claim
+        assert "not computed on single seeds" not in claim["reason"], claim
 
 
 def test_channel_statistics_train_and_freeze(tmp_path):

@@ -41,6 +41,28 @@ def test_input_extremes_are_the_norm_outputs_entering_each_linear() -> None:
             assert rows[(str(i), "attn_in_min")] == pytest.approx(float(attn.min()), rel=1e-6)
 
 
+def test_clip_at_50_bounds_the_measured_down_projection_input_range() -> None:
+    # "clipping relu2 at 50 removes the spikes" holds by construction: the clipped output, the
+    # down-projection's input, lies in [0, 50], so the spike measure (max - min) cannot pass
+    # 50. A test of actlab, not a finding: the clip engages and the measure sees its bound.
+    from actlab.recipes.language_model import probe_forward
+
+    windows = [torch.randint(0, 32, (3, 8), generator=torch.Generator().manual_seed(i))
+               for i in range(2)]
+
+    def largest_range(activation: str) -> float:
+        model = GPT(GPTConfig(vocab_size=32, n_layer=2, n_head=2, n_embd=16, block_size=8,
+                              activation=activation), seed=0)
+        with torch.no_grad():
+            for block in model.blocks:
+                block.mlp.up.weight.mul_(40.0)  # pre-activations far beyond sqrt(50)
+        table = probe_forward(model, windows, metrics=("act_range",))
+        return float(table[table.metric == "act_range"].value.max())
+
+    assert largest_range("relu2") > 100.0  # the same model unclipped spikes beyond 50
+    assert largest_range("relu2:clip=50") == pytest.approx(50.0)  # engaged, and bounded
+
+
 def test_weight_extremes_read_each_matrix() -> None:
     model = _gpt()
     with torch.no_grad():

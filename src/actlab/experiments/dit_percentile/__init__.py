@@ -25,7 +25,8 @@ Scaling (ours): T_warm = 50,000 of the papers' 400,000 steps becomes 1/8 of ours
 averages over 10⁴ = T_warm / 5 updates, so ours uses momentum 5 / warmup; the weights' EMA
 decay 0.9999 is scaled the same way (:func:`~actlab.recipes.dit_protocol.scaled_decay`).
 Throughput is steps/s by the engine's step clock (thread CPU time here, CUDA events on a
-GPU), during warm-up and after it; on the CPU a ratio within its noise of 1 is undecided.
+GPU), during warm-up and after it; the claims judge each seed's ratio, so on the CPU a ratio
+whose seeds straddle 1 stays undecided.
 """
 
 from __future__ import annotations
@@ -168,7 +169,7 @@ class DiTPercentile(Experiment):
         results: list[dict[str, Any]],
         ctx: RunContext,
     ) -> dict:
-        """Paired differences to LayerNorm with seed spreads, speed ratios; the figures."""
+        """Paired differences to LayerNorm (per seed, averaged), speed ratios; the figures."""
         summary = build_summary(config, table, results)
         if ctx.draw:  # the run's figures; not redrawn for each seed alone
             draw_figures(config, table, results, summary, ctx)

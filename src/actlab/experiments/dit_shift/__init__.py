@@ -12,7 +12,8 @@ a fixed number of EMA samples from fixed noise and labels) at evenly spaced chec
 Scales (ours): 8x8 digits in pixel space; quick a 2-block width-32 DiT for 150 steps,
 default a 4-block width-64 DiT for 3000 steps. ``--set model=DiT-B/2 --set
 data=latents:DIR`` trains the paper's model on VAE latent shards (no FID there: actlab has
-no VAE decoder). Claims are judged against the seed spread of the paired residuals.
+no VAE decoder). The claims read paired residuals (shifted − unshifted per seed); the runner
+judges each on its per-seed residuals (paired t-intervals, all-of over checkpoints).
 """
 
 from __future__ import annotations
@@ -56,7 +57,7 @@ class DiTShift(Experiment):
     headline_figure = "fid"
     description = (
         "Class-conditional DiT on 8x8 digits, gelu:tanh vs gelu:tanh:adaptive in "
-        "every block: training-loss and FID residuals with seed spreads, sample "
+        "every block: paired training-loss and FID residuals per checkpoint, sample "
         'grids, hidden-state means ("Rethinking Activation Functions" §4.2, '
         "App. E.1)"
     )
@@ -102,7 +103,7 @@ class DiTShift(Experiment):
         results: list[dict[str, Any]],
         ctx: RunContext,
     ) -> dict:
-        """Residuals with seed spreads, FID per checkpoint, overshoot; the figures."""
+        """Paired residuals per checkpoint (loss, FID), overshoot; the figures."""
         summary = build_summary(config, table, results)
         if ctx.draw:  # the run's figures; not redrawn for each seed alone
             draw_figures(config, table, results, ctx)

@@ -1,5 +1,10 @@
 """The claims of ``lm-drift``: the drift of "Bug or Feature²" §2-3 under AdamW, and Muon's
-share of mean drift against AdamW's (our prediction)."""
+share of mean drift against AdamW's (our prediction).
+
+Over seeds both are paired (the default): the drift claim compares one run's start with its
+end, and the Muon and AdamW arms of a seed start from the same initial weights (the same GPT
+config and seed; only the optimizer differs) and see the same batches. None is deterministic:
+all read trained models."""
 
 from __future__ import annotations
 

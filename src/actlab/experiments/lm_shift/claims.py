@@ -4,6 +4,10 @@ Each claim checks a statement of "Rethinking Activation Functions" (§4.3 and Fi
 GPT-2 Small, §2.2 and §5 for the early lead, §4.1 and Fig. 7(a) for the overshoot, which the
 paper shows for ViT-Base; App. E.2 for overshoots in language models) on a small GPT; every
 check is a sign or an ordering, so no tolerance of ours enters.
+
+Over seeds every claim is paired (the default): the shifted and unshifted models of a seed
+start from the same initial weights and see the same batches, so each claim's sample is the
+per-seed residual (shifted − unshifted). None is deterministic: all compare trained models.
 """
 
 from __future__ import annotations

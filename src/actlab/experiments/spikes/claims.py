@@ -5,6 +5,15 @@ the seeds, and Fig. 16 on squared vs plain activations.
 A clip that never engages (ReLU² never exceeded the clip) leaves training unchanged, so the
 claims comparing it are left undecided then. A claim is made only when the activations it
 compares were run and measured.
+
+How the runner judges them over seeds: every activation of a seed starts from the same
+initial weights (no activation has parameters) and sees the same batches, so a comparison of
+two activations is paired: its sample is the per-seed difference (the default). That the clip
+at 50 bounds the down-projection input range at 50 is true by construction, so it is a test of
+actlab (tests/test_spikes_measures.py), not a claim. Two statements are about the seeds as a
+whole: "varies less across seeds" compares spreads, which no single seed has, so it is made
+only on a summary of several seeds and stays undecided over seeds; "even the smallest seed
+amplifies" is the label "amplifies" in every seed.
 """
 
 from __future__ import annotations
@@ -15,6 +24,7 @@ from actlab.experiments.spikes.measures import WEIGHT_KINDS
 from actlab.runner.claims import (
     ClaimSpec,
     all_of,
+    among,
     claim_id,
     ge,
     gt,
@@ -75,18 +85,11 @@ def claims(summary: dict) -> list[Claim]:
             measured="relu2 {relu2:.1f} vs max(relu, gelu) {base:.1f} ({factor:.2f}x)",
             check=ge(n["factor"], n["factor_low"]), source="bug-or-feature",
             where="§6, Table 2", numbers=n, quoted=("factor_low", "factor_high")))
-    if finite("range_clip50", "relu2"):
-        specs.append(ClaimSpec(
-            id=claim_id(NAME, "relu2-clip50", "removes-spikes"),
-            text="clipping relu2 at {clip50:g} removes the spikes",
-            measured="clip50 {range_clip50:.1f} vs relu2 {relu2:.1f}"
-                     + ("" if engaged[50] else " (relu2 never exceeded 50: nothing to remove)"),
-            check=lt(n["range_clip50"], n["relu2"]), source="bug-or-feature", where="§6",
-            numbers=n, quoted=("clip50",), undecided_because=never[50]))
     if finite("loss_clip50", "loss_relu2"):
         specs.append(ClaimSpec(
             id=claim_id(NAME, "relu2-clip50", "loss-not-degraded"),
-            text="relu2:clip={clip50:g} does not degrade the loss (within {loss_tol:g} nats)",
+            text="relu2:clip={clip50:g} does not degrade the loss (one-sided, ours: at most "
+                 "{loss_tol:g} nats above relu2's)",
             measured="clip50 - relu2 = {gap:+.4f}" + note(50),
             check=le(n["gap"], n["loss_tol"]), source="bug-or-feature", where="§6",
             numbers=n, quoted=("clip50",), undecided_because=never[50]))
@@ -104,7 +107,7 @@ def claims(summary: dict) -> list[Claim]:
             measured="best squared {squared:.4f} vs best plain {plain:.4f}",
             check=lt(n["squared"], n["plain"]), source="bug-or-feature",
             where="App. B.3.1, Fig. 16", numbers=n))
-    if "relu2" in acts and "relu2:clip=50" in acts:
+    if finite("sd_clip50", "sd_relu2"):  # a spread over seeds: several seeds' summary only
         specs.append(ClaimSpec(
             id=claim_id(NAME, "relu2-clip50", "varies-less"),
             text="relu2:clip={clip50:g} varies less across seeds than relu2",
@@ -127,13 +130,17 @@ def _seed_and_short_version_claims(acts: dict, n: dict, largest, loss) -> list[C
          "loss_gelu2": loss("gelu2"), "range_gelu2": largest("gelu2"),
          "best_other": min((loss(a) for a in acts if a != "gelu2"), default=float("nan"))}
     m["seed_factor"] = m["smallest_relu2"] / n["base"] if n["base"] else float("nan")
-    if len(per_seed) > 1 and np.isfinite(n["base"]):
+    if per_seed and np.isfinite(n["base"]):
+        # every seed's own label (a seed's summary holds that seed alone): held over seeds
+        # when "amplifies" in every seed
+        m["label"] = ("amplifies" if np.isfinite(m["seed_factor"])
+                      and m["seed_factor"] >= m["seed_factor_low"] else "below")
         specs.append(ClaimSpec(
             id=claim_id(NAME, "relu2", "smallest-seed-still-amplifies"),
             text="even relu2's seed with the smallest spike stays >= {seed_factor_low:g}x above "
                  "relu and gelu (the paper: {seed_factor_low:g}-{seed_factor_high:g}x at layer 2)",
             measured="smallest relu2 seed {smallest_relu2:.1f} vs {base:.1f} ({seed_factor:.2f}x)",
-            check=ge(m["seed_factor"], m["seed_factor_low"]), source="bug-or-feature",
+            check=among(m["label"], ["amplifies"]), source="bug-or-feature",
             where="App. B.3.1, Table 6", numbers=m,
             quoted=("seed_factor_low", "seed_factor_high")))
     if "gelu2" in acts and len(acts) > 1 and np.isfinite(m["loss_gelu2"]):

@@ -1,5 +1,9 @@
 """The claims of the ``vit-shift`` experiment, read from its summary ("Rethinking Activation
-Functions" §4.1, Figs. 6 and 7(a))."""
+Functions" §4.1, Figs. 6 and 7(a)).
+
+Over seeds every claim is paired (the default): both models of a seed share initial weights
+and batch order, so each claim's sample is the per-seed residual (shifted − unshifted). None
+is deterministic: all compare trained models."""
 
 from __future__ import annotations
 
