@@ -117,3 +117,18 @@ def test_angle_direction_for_other_activations_is_ours_and_needs_every_k():
     assert other.held is True and other.source_key == "actlab" and other.quoted == {}
     missing = _trend({1: 76.0, 5: 75.0}, "relu")
     assert missing.held is None and "k = [20, 100]" in missing.precondition
+
+
+def test_size_sweep_orders_sizes_by_model_size_not_by_text():
+    # JSON returns keys in text order ("20x80x10" before "5x20x2"); the claim must still
+    # compare the largest model with the smallest
+    from actlab.experiments.size_sweep.claims import claims as size_claims
+
+    def summary(large: float, small: float) -> dict:
+        return {"optimal_shift": {"20x80x10": {"mean_abs_distance_to_theory": large},
+                                  "5x20x2": {"mean_abs_distance_to_theory": small}}}
+
+    (near,) = size_claims(summary(large=0.025, small=0.100))
+    (far,) = size_claims(summary(large=0.100, small=0.025))
+    assert near.held is True and far.held is False
+    assert "(5x20x2) -> 0.025 (20x80x10)" in near.measured

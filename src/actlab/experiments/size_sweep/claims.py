@@ -36,7 +36,9 @@ def claims(summary: dict) -> list[Claim]:
             source="rethinking", where="App. C.1, Fig. 12", numbers=n))
     optimal = summary.get("optimal_shift", {})
     if len(optimal) >= 2:
-        sizes = list(optimal)
+        # smallest to largest model by (d, m, L): the summary's keys come back from JSON in
+        # text order, where "20x80x10" sorts before "5x20x2"
+        sizes = sorted(optimal, key=lambda size: [int(part) for part in size.split("x")])
         n = {"first": optimal[sizes[0]]["mean_abs_distance_to_theory"],
              "last": optimal[sizes[-1]]["mean_abs_distance_to_theory"],
              "small": sizes[0], "large": sizes[-1]}
