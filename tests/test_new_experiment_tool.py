@@ -54,17 +54,20 @@ def test_the_package_has_the_three_files_and_a_checked_config(generated):
 
 def test_its_units_run_through_the_runner_and_write_summary_and_claims(generated, tmp_path):
     overrides = {"width": 8, "depth": 3, "n_inputs": 16}
-    outcome = run_experiment(NAME, "quick", overrides, n_seeds=2,
+    outcome = run_experiment(NAME, "quick", overrides, n_seeds=3,
                              options=RunOptions(out=tmp_path, progress=False))
     assert outcome.ok, outcome.failure_lines()
     summary = json.loads((outcome.path / "summary.json").read_text())
-    assert summary["seeds"] == [0, 1] and set(summary["activations"]) == {"relu", "tanh"}
+    assert summary["seeds"] == [0, 1, 2] and set(summary["activations"]) == {"relu", "tanh"}
     relu = summary["activations"]["relu"]
     assert len(relu["per_layer"]) == 3 and relu["last_over_first_sd"] is not None
     claims = json.loads((outcome.path / "claims.json").read_text())
     assert [c["id"] for c in claims] == [f"{NAME}/relu/second-moment-kept",
                                          f"{NAME}/tanh/second-moment-kept"]
-    assert claim_problems(claims) == [] and all(c["held"] is not None for c in claims)
+    assert claim_problems(claims) == []
+    # judged over the three seeds: an interval each, and a reason where it is undecided
+    assert all(c["n"] == 3 and c["interval"] is not None for c in claims)
+    assert all(c["held"] is not None or c["reason"] for c in claims)
 
 
 def test_names_are_checked_and_nothing_is_overwritten(generated, tmp_path, capsys):

@@ -73,6 +73,30 @@ PENDING: dict[str, tuple[str, str]] = {
 EXTRA_PENDING: dict[str, str] = {
     "teacher-student": "--full (50, 200, 20), 8 seeds x 4 activations x 8000 steps: pending",
 }
+# Kept runs whose claims cannot be judged over seeds until they run again: made before
+# per-seed summaries were kept, or with fewer than three seeds. The cost is the CPU time of
+# the units (one core each), scaled from the kept run's wall_s to the seeds named.
+RERUN: dict[str, str] = {
+    "spikes": "default (3 seeds) predates per-seed summaries: re-run, about 6.8 CPU h",
+    "gated-ffn": "default (3 seeds) predates per-seed summaries: re-run, about 6.7 CPU h",
+    "lm-shift": "default (3 seeds) predates per-seed summaries: re-run, about 4.4 CPU h",
+    "lm-drift": "default has 2 seeds and predates per-seed summaries: re-run with 3, about "
+                "2.0 CPU h",
+    "dit-percentile": "default has 2 seeds and predates per-seed summaries: re-run with 3, "
+                      "about 2.5 CPU h (its timed claims want a GPU)",
+    "dit-shift": "default (3 seeds) predates per-seed summaries: re-run, about 0.4 CPU h",
+    "vit-shift": "default (3 seeds) keeps per-seed values of one side only: re-run, about "
+                 "0.25 CPU h",
+    "sparse-activations": "default has 2 seeds and predates per-seed summaries: re-run with 3, "
+                          "about 3.2 CPU h (evidence-full: 0.6 CPU h)",
+    "sparsity": "default has 1 seed: re-run with 3, about 9.2 CPU h",
+    "relufy-pretrained": "default has 1 seed: re-run with 3, about 0.66 CPU h",
+    "bias-component": "default and --full have 2 seeds: re-run with 3, about 0.66 and "
+                      "0.57 CPU h",
+    "teacher-student": "--full (8 seeds) and the three evidence sweeps predate per-seed "
+                       "summaries: re-run, about 3.0 CPU h for --full",
+    "shift-sweep": "default (6 seeds) predates per-seed summaries: re-run, about 0.85 CPU h",
+}
 FULL_DIR = "full"  # the --full run kept beside an experiment's default-scale reference
 # References measured with settings that are no longer the experiment's defaults: how to
 # run them again (shown in the entry as "recipe").
@@ -182,6 +206,8 @@ def reference_entry(exp_name: str, dest: Path) -> dict[str, Any]:
         entry["note"] = EXTRA_PENDING[exp_name]
     if exp_name in RECIPES:
         entry["recipe"] = RECIPES[exp_name]
+    if exp_name in RERUN:
+        entry["rerun"] = RERUN[exp_name]
     return entry
 
 

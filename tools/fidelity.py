@@ -177,6 +177,9 @@ def render() -> str:
         *(["- **Pending**: " + ", ".join(f"{n} — {e['status']}"
                                          for n, e in sorted(pending.items())) + "."]
           if pending else []),
+        *(["- **To re-run before their claims can be judged over seeds**: " + "; ".join(
+            f"{n}: {e['rerun']}" for n, e in sorted(references.items()) if e.get("rerun"))
+            + "."] if any(e.get("rerun") for e in references.values()) else []),
         *[f"- **Also pending**: {n}: {e['note']}" for n, e in sorted(references.items())
           if e["status"] == "reference" and e.get("note")],
         *[f"- **--full scale** ({n}, {e['full']['scale']}, {e['full']['seeds']} seeds): "
