@@ -91,8 +91,7 @@ RERUN: dict[str, str] = {
                           "about 3.2 CPU h (evidence-full: 0.6 CPU h)",
     "sparsity": "default has 1 seed: re-run with 3, about 9.2 CPU h",
     "relufy-pretrained": "default has 1 seed: re-run with 3, about 0.66 CPU h",
-    "bias-component": "default and --full have 2 seeds: re-run with 3, about 0.66 and "
-                      "0.57 CPU h",
+    "bias-component": "--full has 2 seeds: re-run with 3, about 0.57 CPU h",
     "teacher-student": "--full (8 seeds) and the three evidence sweeps predate per-seed "
                        "summaries: re-run, about 3.0 CPU h for --full",
     "shift-sweep": "default (6 seeds) predates per-seed summaries: re-run, about 0.85 CPU h",
