@@ -94,7 +94,6 @@ RERUN: dict[str, str] = {
     "bias-component": "--full has 2 seeds: re-run with 3, about 0.57 CPU h",
     "teacher-student": "--full (8 seeds) and the three evidence sweeps predate per-seed "
                        "summaries: re-run, about 3.0 CPU h for --full",
-    "shift-sweep": "default (6 seeds) predates per-seed summaries: re-run, about 0.85 CPU h",
 }
 FULL_DIR = "full"  # the --full run kept beside an experiment's default-scale reference
 # References measured with settings that are no longer the experiment's defaults: how to
