@@ -84,8 +84,6 @@ RERUN: dict[str, str] = {
                 "2.0 CPU h",
     "dit-percentile": "default has 2 seeds and predates per-seed summaries: re-run with 3, "
                       "about 2.5 CPU h (its timed claims want a GPU)",
-    "vit-shift": "default (3 seeds) keeps per-seed values of one side only: re-run, about "
-                 "0.25 CPU h",
     "sparse-activations": "default has 2 seeds and predates per-seed summaries: re-run with 3, "
                           "about 3.2 CPU h (evidence-full: 0.6 CPU h)",
     "sparsity": "default has 1 seed: re-run with 3, about 9.2 CPU h",
