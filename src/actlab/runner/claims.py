@@ -32,7 +32,8 @@ if TYPE_CHECKING:
 
 ID_PATTERN = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*(?:/[a-z0-9.]+(?:-[a-z0-9.]+)*)+$")
 SIMPLE = ("<", "<=", ">", ">=")
-LEAF_OPS = (*SIMPLE, "within", "within-factor", "in")
+NUMERIC_OPS = (*SIMPLE, "within", "within-factor")  # the leaves that compare numbers
+LEAF_OPS = (*NUMERIC_OPS, "in")
 COMBINATORS = ("all-of", "any-of")
 COMPARISONS = (*LEAF_OPS, *COMBINATORS, "")
 

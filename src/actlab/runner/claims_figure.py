@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from actlab.runner.claims import COMBINATORS
 from actlab.runner.experiment import RunContext
 
 COLOURS = {True: "#1a7f37", False: "#b42318", None: "#8a6d00"}
@@ -31,7 +32,7 @@ def _margin(claim: dict[str, Any]) -> tuple[float, float] | None:
 def _leaf_op(claim: dict[str, Any]) -> str:
     """What the main quantity must satisfy: ``< 0``, ``>= 0``, ``within ±tol``..."""
     check = claim.get("check") or {}
-    while check.get("op") in ("all-of", "any-of") and check.get("parts"):
+    while check.get("op") in COMBINATORS and check.get("parts"):
         check = check["parts"][0]
     op = check.get("op", "")
     if op == "within":

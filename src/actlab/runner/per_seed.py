@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from actlab.runner.claims import NUMERIC_OPS
 from actlab.runner.verdicts import Verdict, judge_sample, one_seed_verdict
 
 SEED_COLUMN = 1  # index of ``seed`` in a tidy row (METRIC_COLUMNS)
@@ -48,7 +49,7 @@ def check_of(claim: Mapping[str, Any]) -> dict[str, Any] | None:
     if claim.get("check"):
         return dict(claim["check"])
     op = claim.get("comparison", "")
-    if op in ("<", "<=", ">", ">=", "within", "within-factor"):
+    if op in NUMERIC_OPS:
         return {"op": op, "value": claim.get("value"), "bound": claim.get("threshold"),
                 "reference": claim.get("reference")}
     return None

@@ -18,12 +18,12 @@ from pathlib import Path
 from typing import Any
 
 from actlab.runner.atomic import dumps
+from actlab.runner.claims import NUMERIC_OPS
 from actlab.runner.experiment import Experiment
 from actlab.runner.per_seed import judge_over_seeds
 
 SEED_SUMMARIES = "seed_summaries.json"
 LEGACY_SEED_VALUES = "claims_per_seed.json"  # {claim id: [main value of seed 0, 1, ...]}
-_SINGLE = ("<", "<=", ">", ">=", "within", "within-factor")
 _NUDGE = 1.001  # how much every float of a summary moves when looking for constant bars
 
 NO_SEED_DATA = "the kept run stores no per-seed summaries (it predates them); re-run to judge"
@@ -56,7 +56,7 @@ def _constant_bars(experiment: Experiment, summary: Mapping[str, Any],
     constant = set()
     for claim in pooled:
         check, other = claim.get("check") or {}, moved.get(claim["id"], {})
-        if check.get("op") in _SINGLE and all(
+        if check.get("op") in NUMERIC_OPS and all(
                 check.get(key) == other.get(key) for key in ("bound", "reference")):
             constant.add(claim["id"])
     return constant

@@ -33,6 +33,8 @@ from typing import Any
 
 from scipy import stats
 
+from actlab.runner.claims import COMBINATORS
+
 LEVEL = 0.95  # the project's one confidence level (two-sided)
 ALPHA = 1.0 - LEVEL
 MIN_RANK_SEEDS = 3  # a label judged stable over fewer seeds says little
@@ -270,7 +272,7 @@ def _leaf_verdict(pooled: Mapping[str, Any], seeds: Sequence[Mapping[str, Any]],
 
 
 def _leaves(check: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    if check["op"] in ("all-of", "any-of"):
+    if check["op"] in COMBINATORS:
         return [leaf for part in check["parts"] for leaf in _leaves(part)]
     return [check]
 
@@ -278,7 +280,7 @@ def _leaves(check: Mapping[str, Any]) -> list[Mapping[str, Any]]:
 def _tree_verdict(pooled: Mapping[str, Any], seeds: Sequence[Mapping[str, Any]], paired: bool,
                   k: int) -> Verdict:
     """Leaf verdicts at 95 % and at the Bonferroni level, combined three-valued."""
-    if pooled["op"] not in ("all-of", "any-of"):
+    if pooled["op"] not in COMBINATORS:
         return _leaf_verdict(pooled, seeds, paired, LEVEL)
     parts = []
     for i, part in enumerate(pooled["parts"]):
@@ -304,7 +306,7 @@ def _tree_verdict(pooled: Mapping[str, Any], seeds: Sequence[Mapping[str, Any]],
 
 def _combine_part(part: Mapping[str, Any], seeds: Sequence[Mapping[str, Any]], paired: bool,
                   level: float, k: int) -> Verdict:
-    if part["op"] in ("all-of", "any-of"):
+    if part["op"] in COMBINATORS:
         return _tree_verdict(part, seeds, paired, k)
     return _leaf_verdict(part, seeds, paired, level)
 
@@ -317,10 +319,11 @@ def judge_sample(pooled: Mapping[str, Any], seeds: Sequence[Mapping[str, Any]],
     The reported interval, ``n`` and seeds estimate are those of the check's first leaf, the
     claim's main number; ``held`` follows the rules of the module docstring.
     """
-    k = len(_leaves(pooled))
-    verdict = _tree_verdict(pooled, seeds, paired, k)
-    main_seeds = [_leaves(s)[0] for s in seeds if s]
-    main = _leaf_verdict(_leaves(pooled)[0], main_seeds, paired, LEVEL)
+    leaves = _leaves(pooled)
+    verdict = _tree_verdict(pooled, seeds, paired, len(leaves))
+    # a single leaf is its own main number; otherwise judge the first leaf alone for its interval
+    main = verdict if len(leaves) == 1 else _leaf_verdict(
+        leaves[0], [_leaves(s)[0] for s in seeds if s], paired, LEVEL)
     reason = verdict.reason if verdict.held is None else ""
     if verdict.held is None and not reason:
         reason = main.reason
