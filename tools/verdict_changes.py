@@ -70,7 +70,10 @@ def main() -> None:
     parser.add_argument("--base", required=True, help="the commit to compare with")
     parser.add_argument("--markdown", action="store_true", help="print a Markdown table")
     args = parser.parse_args()
-    rows = changes(args.base)
+    try:
+        rows = changes(args.base)
+    except subprocess.CalledProcessError as exc:
+        parser.error(f"--base {args.base}: {exc.stderr.strip().splitlines()[-1]}")
     if args.markdown:
         print("| scale | claim | before | after | over seeds |")
         print("|---|---|---|---|---|")
