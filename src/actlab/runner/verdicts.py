@@ -322,7 +322,7 @@ def judge_sample(pooled: Mapping[str, Any], seeds: Sequence[Mapping[str, Any]],
     leaves = _leaves(pooled)
     verdict = _tree_verdict(pooled, seeds, paired, len(leaves))
     # a single leaf is its own main number; otherwise judge the first leaf alone for its interval
-    main = verdict if len(leaves) == 1 else _leaf_verdict(
+    main = verdict if pooled["op"] not in COMBINATORS else _leaf_verdict(
         leaves[0], [_leaves(s)[0] for s in seeds if s], paired, LEVEL)
     reason = verdict.reason if verdict.held is None else ""
     if verdict.held is None and not reason:
