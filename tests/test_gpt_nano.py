@@ -11,7 +11,6 @@ import torch
 from torch import nn
 
 from actlab.errors import ConfigError
-from actlab.experiments.lm_shift import LMShiftConfig
 from actlab.nn.gpt import GPT, GPTConfig
 from actlab.recipes.language_model import LMScale
 from actlab.runner.config import build_config
@@ -89,7 +88,7 @@ def _param_count(c: GPTConfig) -> int:
 
 
 def test_set_model_gpt_nano_builds_the_papers_model_walked_on_meta() -> None:
-    scale = build_config(LMShiftConfig, {"model": "gpt-nano"}, base=LMShiftConfig(n_layer=2))
+    scale = build_config(LMScale, {"model": "gpt-nano"}, base=LMScale(n_layer=2))
     config = scale.model_config(activation="relu")
     assert (config.n_layer, config.n_head, config.n_embd) == (12, 12, 768)
     assert (config.vocab_size, config.block_size) == (50_257, 2048)

@@ -21,6 +21,7 @@ def build_summary(config: LMShiftConfig, table: Any, results: list[dict]) -> dic
     summary = {key: first[key] for key in ("val_loss_unshifted", "val_loss_shifted",
                                            "residual_final", "residual_early")}
     summary.update(activation=config.activations[0], per_activation=per_activation,
+                   init_std=config.init_std,
                    scale=f"{config.n_layer} layers, d={config.n_embd}, context {config.block_size}, "
                    f"batch {config.batch_size}, {config.steps} steps on {config.data}",
                    failed_runs=sum(r["status"] != "ok" for r in results))
@@ -28,7 +29,7 @@ def build_summary(config: LMShiftConfig, table: Any, results: list[dict]) -> dic
 
 
 def activation_summary(table: Any, act: str, config: LMShiftConfig) -> dict:
-    """Residuals (final, early; paired by seed), final losses, overshoot and its step of ``act``."""
+    """Residuals (final, late, early; paired by seed), final losses, overshoot and its step of ``act``."""
     finals: dict[str, dict[int, float]] = {c: {} for c in CONDITIONS}
     curves: dict[str, dict[int, dict[int, float]]] = {c: {} for c in CONDITIONS}
     for condition in CONDITIONS:
@@ -44,6 +45,10 @@ def activation_summary(table: Any, act: str, config: LMShiftConfig) -> dict:
     early_step = next((t for t in steps if t >= config.early_fraction * config.steps and t > 0),
                       steps[-1] if steps else -1)
     early = [curves["shifted"][s][early_step] - curves["unshifted"][s][early_step] for s in seeds]
+    # §4.3's "stably": every evaluation in the last half of training (the final one included)
+    late_steps = [t for t in steps if t >= config.steps / 2]
+    late = [mean_or_nan([curves["shifted"][s][t] - curves["unshifted"][s][t] for s in seeds])
+            for t in late_steps]
     over = {c: overshoot_of(table, f"{act}/{c}") for c in CONDITIONS}
     return {
         "val_loss_unshifted": mean_or_nan([finals["unshifted"][s] for s in seeds]),
@@ -52,6 +57,8 @@ def activation_summary(table: Any, act: str, config: LMShiftConfig) -> dict:
         "residual_final_sd": sd_or_nan(residuals),
         "residual_early": mean_or_nan(early),
         "early_step": int(early_step),
+        "residual_late": late,
+        "late_steps": [int(t) for t in late_steps],
         "residual_per_seed": dict(zip(map(str, seeds), residuals)),
         "seeds_shift_better": int(sum(r < 0 for r in residuals)),
         "n_seeds": len(seeds),
