@@ -25,6 +25,13 @@ def test_the_adamw_arm_changes_only_the_optimizer() -> None:
     assert adamw.lr == config.adamw_lr and muon.schedule == "trapezoid"
     with pytest.raises(ConfigError, match="adamw_lr"):
         LMDriftConfig(adamw_lr=0.0)
+    # the norm arms change the model's normalisation only
+    for optimizer in ("muon", "adamw"):
+        rms = config.arm(optimizer, "rmsnorm")
+        assert rms.model_config().norm == "rmsnorm"
+        assert rms.train_config() == config.arm(optimizer).train_config()
+    with pytest.raises(ConfigError, match="norms"):
+        LMDriftConfig(norms=["batchnorm"])
 
 
 def test_toy_run_records_trajectories_from_step_zero(tmp_path, monkeypatch) -> None:
@@ -37,15 +44,17 @@ def test_toy_run_records_trajectories_from_step_zero(tmp_path, monkeypatch) -> N
                              options=RunOptions(out=tmp_path, progress=False))
     assert outcome.ok, outcome.failure_lines()
     arms = outcome.summary["arms"]
-    assert set(arms) == {"muon/relu", "adamw/relu"}
-    for arm in arms.values():
+    assert set(arms) == {f"{n}/{o}/relu" for n in ("layernorm", "rmsnorm")
+                         for o in ("muon", "adamw")}
+    for name, arm in arms.items():
         assert arm["z_score"]["start"] == 0.0 and arm["z_score"]["end"] > 0
         assert arm["mean_drift_share"]["start"] == 0.0
         assert 0 <= arm["mean_drift_share"]["end"] <= 1  # |E[d]| <= E|d|
         assert {"b_mean", "w_mean_part", "preact_mean", "column_part", "down_w_mean",
                 "down_z_score", "down_mean_drift_share"} <= set(arm)
         assert arm["down_z_score"]["start"] == 0.0 and arm["down_z_score"]["end"] > 0
-        assert arm["w_mean_part"]["start"] == pytest.approx(0.0, abs=1e-6)  # LayerNorm, beta 0
+        if name.startswith("layernorm"):  # LayerNorm at beta 0 centres h; RMSNorm does not
+            assert arm["w_mean_part"]["start"] == pytest.approx(0.0, abs=1e-6)
         # ReLU's zeros are its negative inputs
         assert arm["sparsity"]["end"] == pytest.approx(arm["preact_neg_frac"]["end"], abs=1e-6)
     assert (outcome.path / "figures" / "lm_drift.png").exists()
@@ -60,21 +69,33 @@ def test_mean_drift_share_is_one_for_a_uniform_shift() -> None:
         assert float((w - w0).mean().abs() / moved) == pytest.approx(share, abs=1e-6)
 
 
-def _arm(shift: float, neg: tuple[float, float], share: float) -> dict:
-    return {"w_mean": {"change": shift}, "preact_neg_frac": {"start": neg[0], "end": neg[1]},
+def _arm(shift: float, down: float, neg: tuple[float, float], share: float) -> dict:
+    return {"w_mean": {"change": shift}, "down_w_mean": {"change": down},
+            "preact_neg_frac": {"start": neg[0], "end": neg[1]},
             "mean_drift_share": {"end": share}}
 
 
 def test_claims_follow_the_numbers() -> None:
-    good = {"activations": ["relu"], "arms": {"adamw/relu": _arm(-1e-4, (0.5, 0.6), 0.02),
-                                              "muon/relu": _arm(1e-5, (0.5, 0.55), 0.002)}}
-    held = {c.id: c.held for c in LMDriftExperiment().claims(good)}
-    assert held == {"lm-drift/adamw/relu/negative-drift": True,
-                    "lm-drift/muon/relu/smaller-mean-drift-share": True}
-    bad = {"activations": ["relu"], "arms": {"adamw/relu": _arm(1e-4, (0.5, 0.6), 0.002),
-                                             "muon/relu": _arm(1e-5, (0.5, 0.55), 0.02)}}
-    held = {c.id: c.held for c in LMDriftExperiment().claims(bad)}
-    assert not any(held.values())
+    good = {"activations": ["relu"], "norms": ["layernorm", "rmsnorm"], "arms": {
+        f"{norm}/{opt}/relu": _arm(-1e-4 if opt == "adamw" else 1e-5, -1e-5, (0.5, 0.6),
+                                   0.02 if opt == "adamw" else 0.002)
+        for norm in ("layernorm", "rmsnorm") for opt in ("adamw", "muon")}}
+    held = {c.id.removeprefix("lm-drift/"): (c.held, c.source_key)
+            for c in LMDriftExperiment().claims(good)}
+    paper, ours = "bug-or-feature", "actlab"
+    expected = {}
+    for norm in ("layernorm", "rmsnorm"):
+        expected |= {f"{norm}/adamw/relu/down-projection-drifts-negative": (True, paper),
+                     f"{norm}/adamw/relu/negative-share-rises": (True, paper),
+                     f"{norm}/adamw/relu/up-weight-mean-falls": (True, ours),
+                     f"{norm}/muon/relu/negative-share-rises": (True, paper),
+                     f"{norm}/muon/relu/smaller-mean-drift-share": (True, ours)}
+    # Muon behind LayerNorm cannot move the down-projection's mean: no claim there
+    expected["rmsnorm/muon/relu/down-projection-drifts-negative"] = (True, paper)
+    assert held == expected
+    bad = {**good, "arms": {name: _arm(1e-4, 1e-5, (0.6, 0.5), 0.02 if "muon" in name else 0.002)
+                            for name in good["arms"]}}
+    assert not any(c.held for c in LMDriftExperiment().claims(bad))
 
 
 def test_weight_mean_part_and_bias_account_for_the_mean_preactivation_of_uniform_columns() -> None:

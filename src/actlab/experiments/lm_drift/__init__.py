@@ -10,7 +10,19 @@ experiment measures that, on the same seeds and batches:
 * ``muon``: the gpt-nano recipe (:class:`~actlab.recipes.language_model.LMScale`'s default:
   Muon on the hidden matrices, AdamW on the rest, trapezoidal schedule, no weight decay);
 * ``adamw``: the same schedule, no weight decay and no clipping, AdamW on every parameter at
-  ``adamw_lr`` (ours: the engine's AdamW rate), so only the optimizer differs.
+  ``adamw_lr`` (ours: the engine's AdamW rate), so only the optimizer differs;
+
+each under every normalisation of ``norms``: nanoGPT's LayerNorm and the RMSNorm of the
+authors' released code (App. C.2 and §10.2: a centring norm suppresses drift, RMSNorm does not).
+
+The paper's own prediction for a transformer is about the down-projection: App. C.2 ("Why the
+first layer does not drift") signs a layer's expected update by its input, and the
+down-projection "receives a post-activation input". Behind LayerNorm, Muon cannot move that
+layer's weight mean at all: every path from the residual stream to the loss passes a
+LayerNorm, whose input gradient sums to zero per token, so the down-projection's gradient has
+zero column sums, and Newton-Schulz (``X <- a X + (b A + c A^2) X``, ``A = X X^T``) keeps them
+zero (tested in ``tests/test_lm_drift.py``; argued, not proved for every rounding). That arm is
+therefore a test of the optimizer, not a finding, and carries no drift claim.
 
 Every ``probe_every`` steps, per block: the mean of the up-projection weight (the layer whose
 output enters the activation; ``down_*`` the same for the down-projection, whose input is the
@@ -58,25 +70,31 @@ from actlab.runner.fields import checked
 from actlab.train.supervised import torch_threads
 
 OPTIMIZERS = ("muon", "adamw")
+NORMS = ("layernorm", "rmsnorm")
 
 
 @dataclass
 class LMDriftConfig(LMScale):
-    """Tiny-GPT scale, the activations, the AdamW arm's rate and the trajectory schedule."""
+    """Tiny-GPT scale, the activations, the normalisations, the AdamW arm's rate and the
+    trajectory schedule."""
 
     activations: list[str] = checked(default_factory=lambda: ["relu", "gelu"],
                                      spec="activation", nonempty=True)
+    norms: list[str] = checked(default_factory=lambda: list(NORMS), choices=NORMS,
+                               nonempty=True)
     adamw_lr: float = checked(1e-3, gt=0)
     probe_every: int = checked(50, ge=1)
     probe_batches: int = checked(2, ge=1)
     steps: int = 1000
 
-    def arm(self, optimizer: str) -> LMScale:
-        """The scale one optimizer arm trains with (``adamw``: the Muon arm's schedule)."""
+    def arm(self, optimizer: str, norm: str | None = None) -> LMScale:
+        """The scale one arm trains with (``adamw``: the Muon arm's schedule; ``norm``: the
+        model's normalisation, default the config's ``norm``)."""
+        scale = self if norm is None else replace(self, norm=norm)
         if optimizer == "muon":
-            return self
-        recipe = self.recipe()
-        return replace(self, optimizer="adamw", lr=self.adamw_lr, schedule="trapezoid",
+            return scale
+        recipe = scale.recipe()
+        return replace(scale, optimizer="adamw", lr=self.adamw_lr, schedule="trapezoid",
                        warmup=recipe["warmup"], warmdown=recipe["warmdown"],
                        eval_every=recipe["eval_every"], weight_decay=0.0, grad_clip=0.0)
 
@@ -88,28 +106,30 @@ class LMDriftExperiment(Experiment):
     name = "lm-drift"
     headline_figure = "lm_drift"
     description = ("GPT on the stdlib corpus, relu/gelu, Muon (gpt-nano recipe) vs AdamW on the "
-                   "same schedule: up-projection weight mean and drift Z-score, negative "
-                   "pre-activation share and sparsity over training (\"Bug or Feature²\" §2-3).")
+                   "same schedule, LayerNorm and RMSNorm, 3 seeds: up- and down-projection "
+                   "weight means and drift Z-scores, negative pre-activation share and sparsity "
+                   "over training (\"Bug or Feature²\" §2-3, App. C.2).")
     Config = LMDriftConfig
     quick = {"compile_model": "off", "n_layer": 2, "n_embd": 64, "block_size": 64,
              "batch_size": 16, "steps": 150, "eval_batches": 2, "probe_every": 25}
-    default_seeds = 2
+    default_seeds = 3
     seeds_per_unit = 1
 
     def units(self, config: LMDriftConfig) -> list[dict]:
-        """One unit per optimizer and activation."""
-        return [{"optimizer": o, "activation": a} for o in OPTIMIZERS for a in config.activations]
+        """One unit per normalisation, optimizer and activation."""
+        return [{"norm": n, "optimizer": o, "activation": a} for n in config.norms
+                for o in OPTIMIZERS for a in config.activations]
 
     def run_unit(self, config: LMDriftConfig, unit: dict, seeds: list[int],
                  ctx: UnitContext) -> UnitResult:
         """Train one arm per seed, recording the trajectory every ``probe_every`` steps."""
         result = UnitResult()
-        scale = config.arm(unit["optimizer"])
-        run = f"{unit['optimizer']}/{unit['activation']}"
+        scale = config.arm(unit["optimizer"], unit["norm"])
+        run = f"{unit['norm']}/{unit['optimizer']}/{unit['activation']}"
         corpus = config.corpus()
         with torch_threads(config.threads or None):
             for seed in seeds:
-                model = seeded_gpt(config.model_config(activation=unit["activation"]), seed, ctx)
+                model = seeded_gpt(scale.model_config(activation=unit["activation"]), seed, ctx)
                 windows = probe_windows(config, corpus, seed, config.probe_batches, ctx)
                 record = _trajectory_recorder(result, run, seed, model, windows, config)
                 record(0)
@@ -125,7 +145,8 @@ class LMDriftExperiment(Experiment):
         return summary
 
     def claims(self, summary: dict) -> list[Claim]:
-        """Negative drift and rising negative share under AdamW; Muon's share of drift (ours)."""
+        """The down-projection's drift (App. C.2) and the rising negative share (§1, Table 1);
+        the up-projection's weight mean and Muon's share of mean drift (ours)."""
         return claims(summary)
 
 

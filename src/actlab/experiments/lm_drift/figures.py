@@ -18,7 +18,7 @@ COLUMNS = 3
 
 
 def draw(table: Any, config: Any, ctx: RunContext) -> None:
-    """Save ``lm_drift``: one panel per trajectory, one line per optimizer/activation arm."""
+    """Save ``lm_drift``: one panel per trajectory, one line per norm/optimizer/activation arm."""
     plt = pyplot()
     rows = -(-len(PANELS) // COLUMNS)
     fig, axes = plt.subplots(rows, COLUMNS, figsize=(3.6 * COLUMNS, 3.2 * rows), squeeze=False)
@@ -26,7 +26,7 @@ def draw(table: Any, config: Any, ctx: RunContext) -> None:
         data = table[table.metric == metric]
         for run in sorted(data.run.unique()):
             curve = data[data.run == run].groupby("step").value.mean()
-            style = "-" if run.startswith("muon") else "--"
+            style = "-" if "/muon/" in f"/{run}" else "--"
             ax.plot(curve.index, curve.values, style, label=run)
         ax.set_title(title, fontsize=9)
         ax.set_xlabel("step")

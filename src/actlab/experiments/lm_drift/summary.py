@@ -1,4 +1,5 @@
-"""The ``lm-drift`` summary: per arm (optimizer/activation), each trajectory's start and end."""
+"""The ``lm-drift`` summary: per arm (norm/optimizer/activation), each trajectory's start and
+end."""
 
 from __future__ import annotations
 
@@ -44,5 +45,5 @@ def build_summary(config: LMDriftConfig, table: Any, results: list[dict]) -> dic
     return {"scale": (f"{config.n_layer} layers, d={config.n_embd}, context {config.block_size}, "
                       f"batch {config.batch_size}, {config.steps} steps on {config.data}"),
             "arms": arms, "failed_units": failed,
-            "activations": list(config.activations),
+            "activations": list(config.activations), "norms": list(config.norms),
             "finite": bool(all(np.isfinite(a.get("val_loss", np.nan)) for a in arms.values()))}
