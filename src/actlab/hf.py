@@ -31,7 +31,7 @@ import torch
 from torch import Tensor, nn
 
 from actlab.errors import ConfigError
-from actlab.probe.probe import _is_dense
+from actlab.probe.hooks import _is_dense
 from actlab.surgery import activation_bounds, find_activations
 from actlab.train.placement import model_device, move_batch, place
 

@@ -1,6 +1,7 @@
 """Probes that measure activation statistics inside any model while it trains.
 
-``Probe`` (hooks, schedule, lifecycle, flush), ``collectors`` (one class per metric family
+``Probe`` (construction, schedule, lifecycle; its ``hooks`` and its ``records``: flush,
+table, writers, checkpoint, in their own modules), ``collectors`` (one class per metric family
 and the registry behind ``register_metric``), ``measure`` (``measure_once``, the one-shot
 pass), ``metrics`` (vocabulary and reductions), ``schedule``
 (every N / log-spaced / listed steps), ``writers`` (CSV, Parquet, JSONL, TensorBoard, MLflow, W&B) and

@@ -1,8 +1,12 @@
 """``Probe``: measure what activations do inside any model while it trains.
 
-``Probe`` owns the schedule, the hooks' lifecycle and the transfer to the host; the
-arithmetic of each metric family lives in its collector (:mod:`actlab.probe.collectors`),
-which is how :func:`actlab.register_metric` adds a metric without touching this file.
+``Probe`` owns the construction (what is measured, checked up front), the schedule and the
+lifecycle of a recorded step (this file); the hooks that observe each pass live in
+:mod:`actlab.probe.hooks`, the records, the table, the writers and the checkpoint in
+:mod:`actlab.probe.records`, and the one-shot measurement :func:`actlab.measure_once` in
+:mod:`actlab.probe.measure`. The arithmetic of each metric family lives in its collector
+(:mod:`actlab.probe.collectors`), which is how :func:`actlab.register_metric` adds a metric
+without touching the probe.
 
 How it stays cheap:
 
@@ -24,9 +28,7 @@ weights of the next step (the final weights) are recorded if that step is on the
 
 from __future__ import annotations
 
-import warnings
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import numpy as np
@@ -39,12 +41,17 @@ from actlab.errors import ConfigError
 from actlab.probe import distributed as D
 from actlab.probe import metrics as M
 from actlab.probe.collectors import Collector, collectors_for
-from actlab.probe.collectors.builtin import ActivationBackward
-from actlab.probe.columns import COLUMNS
-from actlab.probe.compiled import TAP_SLOTS, GradTap, find_compiled, new_carrier
+from actlab.probe.compiled import find_compiled
 from actlab.probe.forward import default_forward
-from actlab.probe.merge import Stat, Stats
+from actlab.probe.hooks import (
+    ProbeHooks,
+    _is_dense,  # noqa: F401  (its import path before the split)
+    _is_weight_layer,
+    _Weight,
+    _Where,
+)
 from actlab.probe.names import is_ddp, layer_name, unwrapped_modules
+from actlab.probe.records import ProbeRecords
 from actlab.probe.schedule import Schedule, as_schedule
 from actlab.surgery import (
     Where,
@@ -54,82 +61,11 @@ from actlab.surgery import (
     select_sites,
 )
 
-_CONV = (nn.Conv1d, nn.Conv2d, nn.Conv3d)
+#: The metrics :meth:`Probe.dead_units` reads in its one extra pass.
+DEAD_UNIT_METRICS = ("dead_frac", "dead_frac_per_batch", "n_units")
 
 
-def _is_weight_layer(module: nn.Module) -> bool:
-    """Linear and conv layers (and transformers' GPT-2 style ``Conv1D``) with a weight."""
-    if isinstance(module, (nn.Linear, *_CONV)):
-        return True
-    return type(module).__name__ == "Conv1D" and isinstance(getattr(module, "weight", None),
-                                                            torch.Tensor)
-
-
-def _first_tensor(value: Any) -> torch.Tensor | None:
-    """The first tensor in a module output (tensor, tuple/list, dict or ModelOutput)."""
-    if isinstance(value, torch.Tensor):
-        return value
-    if isinstance(value, Mapping):
-        value = list(value.values())
-    if isinstance(value, (list, tuple)):
-        for item in value:
-            found = _first_tensor(item)
-            if found is not None:
-                return found
-    return None
-
-
-def _is_dense(module: nn.Module) -> bool:
-    """``nn.Linear`` or transformers' ``Conv1D`` (a linear layer with a transposed weight)."""
-    return isinstance(module, nn.Linear) or (
-        type(module).__name__ == "Conv1D" and not isinstance(module, _CONV))
-
-
-# One collector's passes in the running step: (device raw, host metadata) per pass.
-_Passes = dict[Collector, list[tuple[torch.Tensor, Any]]]
-
-
-@dataclass(eq=False)
-class _Where:
-    """A place the probe measures (site, block, module input) and its passes in this step."""
-
-    name: str
-    module: nn.Module
-    bounds: tuple[float, float] | None = None
-    eps: float = 1e-7
-    tol: float = 0.01
-    scratch: Callable[[int, torch.Tensor], torch.Tensor] | None = None
-    after_conv: bool = False  # the last weight layer run before this site was a convolution
-    passes: _Passes = field(default_factory=dict)
-    hist: torch.Tensor | None = None
-    pending: torch.Tensor | None = None  # input of an in-place site, read before the call
-    # passes of a compiled call, (collector or None for histograms, raw, meta), filed by
-    # Probe._harvest after the call
-    out: list[tuple[Collector | None, torch.Tensor, Any]] | None = None
-    grad_scale: float = 1.0  # 1 / world size: each rank's loss is its own mean
-    global_batch: bool = False  # under a process group: unmergeable statistics keep the data
-    # compiled models: the leaf whose gradient receives GradTap's rows, and this call's passes
-    carrier: torch.Tensor | None = None
-    calls: int = 0
-
-
-@dataclass(eq=False)
-class _Weight:
-    name: str
-    param: nn.Parameter
-    w0: torch.Tensor  # local shard under FSDP
-    w_prev: torch.Tensor
-    m0: torch.Tensor  # [mean, m2] of w0
-    sharded: bool = False  # a DTensor shard: its statistics are reduced across ranks
-    passes: _Passes = field(default_factory=dict)
-
-
-def _frame(rows: list[tuple[int, str, str, float]]) -> pd.DataFrame:
-    """Rows as the tidy table (columns step, layer, metric, value)."""
-    return pd.DataFrame(rows, columns=COLUMNS).astype({"step": "int64", "value": "float64"})
-
-
-class Probe:
+class Probe(ProbeHooks, ProbeRecords):
     """Record activation, gradient, weight and hidden-state statistics of ``model`` in training.
 
     Args:
@@ -360,270 +296,6 @@ class Probe:
                                D.is_sharded(param)))
         return out
 
-    # ------------------------------------------------------------------ hooks
-    def _attach(self) -> None:
-        add = self._handles.append
-        if self._want_fwd or self._want_bwd or self._outgrad_collectors or \
-                self.hist_bins is not None:
-            for site in self.sites:
-                if getattr(site.module, "inplace", False):
-                    # an in-place activation overwrites its input: read it before the call
-                    add(site.module.register_forward_pre_hook(self._make_pre_hook(site)))
-                    add(site.module.register_forward_hook(self._make_post_hook(site)))
-                else:
-                    if self._persistent and self._want_bwd:
-                        add(site.module.register_forward_pre_hook(self._make_tap_hook(site)))
-                    add(site.module.register_forward_hook(self._make_site_hook(site)))
-                if self._persistent and self._want_bwd:
-                    add(self._carrier(site).register_hook(self._make_carrier_hook(site)))
-            if self._want_cov:
-                dense = (self._feeders.values() if self._feeders_known
-                         else [m for m in self.model.modules() if _is_dense(m)])
-                for module in dense:
-                    add(module.register_forward_hook(self._linear_hook))
-            if self._want_kind:
-                for module in self.model.modules():
-                    if _is_weight_layer(module):
-                        add(module.register_forward_hook(self._kind_hook))
-        if self._want_blocks:
-            for block in self.blocks:
-                add(block.module.register_forward_hook(self._make_block_hook(block)))
-        if self._want_inputs:
-            for where in self.inputs:
-                add(where.module.register_forward_hook(self._make_input_hook(where)))
-        # Under a process group a hook would read the local gradient before its reduction;
-        # step() / capture_grads() read the reduced one and would discard the hook's record.
-        if self._want_wgrad and not self.distributed:
-            for weight in self.weights:
-                if weight.param.requires_grad:
-                    add(weight.param.register_post_accumulate_grad_hook(self._make_grad_hook(weight)))
-        for wrapper in self._compiled:  # eager, after each compiled call
-            add(wrapper.register_forward_hook(self._harvest))
-        self._attached = True
-
-    def _detach(self) -> None:
-        for handle in self._handles:
-            handle.remove()
-        self._handles.clear()
-        self._last_linear = None
-        # the scratch buffers stay (freed by close()): a fresh activation-sized buffer at every
-        # recorded step would cost its page faults again
-        self._attached = False
-
-    def _linear_hook(self, module: nn.Module, inputs: tuple, output: Any) -> None:
-        if not self._paused and inputs and isinstance(output, torch.Tensor):
-            self._last_linear = (output, inputs[0], module)
-
-    def _kind_hook(self, module: nn.Module, inputs: tuple, output: Any) -> None:
-        self._last_conv = isinstance(module, _CONV)
-
-    def _feeding_rows(self, p: torch.Tensor) -> tuple[torch.Tensor | None, int]:
-        """Row sums of the input of the Linear whose output *is* ``p`` (same tensor object)."""
-        self._saw_site = True  # a backward-tracked site pass happened: feeders can be learned
-        last = self._last_linear
-        if not self._want_cov or last is None or last[0] is not p:
-            return None, 0
-        x = last[1]
-        if not self._persistent:  # learned to hook only the feeders from the next step on
-            self._feeders[id(last[2])] = last[2]
-        else:  # consumed: the graph need not hand the tensors out
-            self._last_linear = None
-        return M.input_row_sums(x), x.shape[-1]
-
-    def _observe_into(self, where: _Where, collectors: list[Collector], *tensors: Any) -> None:
-        if self._persistent:
-            self._hand_over(where, [(c, *c.observe(where, *tensors)) for c in collectors])
-            return
-        for collector in collectors:
-            where.passes.setdefault(collector, []).append(collector.observe(where, *tensors))
-
-    @staticmethod
-    def _hand_over(where: _Where, out: list[tuple[Collector | None, torch.Tensor, Any]]) -> None:
-        # One attribute write, no read of per-step state: a compiled graph needs no new guard.
-        # ``where.out`` is None at the start of every call (_harvest resets it), so reading it
-        # here guards on a value that stays the same.
-        where.out = out if where.out is None else where.out + out
-
-    def _harvest(self, *_: Any) -> None:
-        """File the passes the hooks handed over during a compiled call (runs eagerly)."""
-        self._last_conv = False  # read before any write in a graph: keep its guard stable
-        self._last_linear = None
-        for where in (*self.sites, *self.blocks, *self.inputs):
-            out, where.out, where.calls = where.out, None, 0
-            for collector, raw, meta in out or ():
-                if collector is None:  # histogram counts
-                    where.hist = raw if where.hist is None else where.hist + raw
-                else:
-                    where.passes.setdefault(collector, []).append((raw, meta))
-
-    def _drop_compiled_unsupported(self) -> None:
-        """Leave out registered site-gradient collectors and the output-gradient ones on a
-        compiled model, with a warning: only the built-in backward statistics of the site's
-        input run inside the compiled backward (GradTap)."""
-        if self._outgrad_collectors:
-            dropped = [m for c in self._outgrad_collectors for m in c.metrics]
-            warnings.warn(f"Probe on a torch.compile model: {dropped} read dL/da through a "
-                          f"hook on the activation's output, which would split the compiled "
-                          f"graph; they are not recorded (probe the eager model for them)",
-                          stacklevel=3)
-            self._outgrad_collectors = []
-        foreign = [c for c in self._grad_collectors if not isinstance(c, ActivationBackward)]
-        if foreign:
-            dropped = [m for c in foreign for m in c.metrics]
-            warnings.warn(f"Probe on a torch.compile model: {dropped} read the gradient at an "
-                          f"activation through a hook on an intermediate tensor, which would "
-                          f"split the compiled graph; they are not recorded (probe the eager "
-                          f"model for them)", stacklevel=3)
-            self._grad_collectors = [c for c in self._grad_collectors if c not in foreign]
-            self._want_bwd = bool(self._grad_collectors)
-
-    def _carrier(self, site: _Where) -> torch.Tensor:
-        """The site's carrier, created once on the device of the model's parameters."""
-        if site.carrier is None:
-            param = next(iter(site.module.parameters()), None) or \
-                next(iter(self.model.parameters()), None)
-            site.carrier = new_carrier(param.device if param is not None else torch.device("cpu"))
-        return site.carrier
-
-    def _make_carrier_hook(self, site: _Where) -> Callable:
-        def hook(rows: torch.Tensor) -> torch.Tensor:
-            # one record per backward pass: its used rows are told apart on the host
-            if not self._closed and self._attached:
-                for collector in self._grad_collectors:
-                    site.passes.setdefault(collector, []).append((rows.detach(), None))
-            return torch.zeros_like(rows)  # nothing accumulates in the carrier's .grad
-        return hook
-
-    def _tap(self, site: _Where, p: torch.Tensor, x_rows: torch.Tensor | None, fan: int,
-             copy: bool) -> torch.Tensor:
-        slot = site.calls % TAP_SLOTS  # a constant of the trace: calls restarts at 0 each call
-        site.calls += 1
-        return GradTap.apply(p, site.carrier, x_rows, slot, fan, copy)
-
-    def _observe(self, site: _Where, p: torch.Tensor, a: torch.Tensor | None) -> None:
-        if a is None:
-            return
-        site.after_conv = self._last_conv
-        self._observe_into(site, self._site_collectors, p, a)
-        if self._outgrad_collectors and a.requires_grad and torch.is_grad_enabled():
-            collectors = self._outgrad_collectors
-
-            def on_out_grad(h: torch.Tensor) -> None:
-                if not self._closed:
-                    self._observe_into(site, collectors, h)
-
-            a.register_hook(on_out_grad)
-        if self.hist_bins is not None:
-            low, high = self.hist_range
-            counts = torch.stack([M.histogram_raw(p, self.hist_bins, low, high),
-                                  M.histogram_raw(a, self.hist_bins, low, high)])
-            if self._persistent:
-                self._hand_over(site, [(None, counts, None)])
-            else:
-                site.hist = counts if site.hist is None else site.hist + counts
-
-    def _scratch(self, numel: int, like: torch.Tensor) -> torch.Tensor:
-        """A reusable flat buffer (one per dtype and device, grown as needed)."""
-        dtype = M.stat_dtype(like.dtype)
-        if torch.compiler.is_compiling():  # inductor plans its own buffers; a cache is a guard
-            return torch.empty(numel, dtype=dtype, device=like.device)
-        key = (dtype, like.device)
-        buf = self._buffers.get(key)
-        if buf is None or buf.numel() < numel:
-            buf = torch.empty(numel, dtype=dtype, device=like.device)
-            self._buffers[key] = buf
-        return buf
-
-    def _register_grad(self, site: _Where, p: torch.Tensor,
-                       copy: bool = False) -> torch.Tensor | None:
-        """Arrange for the statistics of ``dL/dp``: a hook on ``p`` (eager), or the tapped
-        ``p`` to use instead (compiled models; ``copy`` for an in-place site)."""
-        if not (self._want_bwd and p.requires_grad and torch.is_grad_enabled()):
-            return None
-        x_rows, d_in = self._feeding_rows(p)
-        fan = p.shape[-1] * d_in if x_rows is not None else 0
-        if self._persistent:
-            return self._tap(site, p, x_rows, fan, copy)
-        collectors = self._grad_collectors
-
-        def on_grad(g: torch.Tensor) -> None:
-            if not self._closed:
-                self._observe_into(site, collectors, g, x_rows, fan)
-
-        p.register_hook(on_grad)
-        return None
-
-    def _make_site_hook(self, site: _Where) -> Callable:
-        def hook(module: nn.Module, inputs: tuple, output: Any) -> None:
-            if self._paused or not self._attached or not inputs or \
-                    not isinstance(inputs[0], torch.Tensor):
-                return
-            p = inputs[0]
-            a = output if isinstance(output, torch.Tensor) else None
-            self._observe(site, p, a)
-            if not self._persistent:  # compiled models: tapped before the call
-                self._register_grad(site, p)
-        return hook
-
-    def _make_tap_hook(self, site: _Where) -> Callable:
-        def hook(module: nn.Module, inputs: tuple) -> tuple | None:
-            if self._paused or not self._attached or not inputs or \
-                    not isinstance(inputs[0], torch.Tensor):
-                return None
-            tapped = self._register_grad(site, inputs[0])
-            return None if tapped is None else (tapped, *inputs[1:])
-        return hook
-
-    def _make_pre_hook(self, site: _Where) -> Callable:
-        def hook(module: nn.Module, inputs: tuple) -> None:
-            if self._paused or not self._attached or not inputs or \
-                    not isinstance(inputs[0], torch.Tensor):
-                return
-            p = inputs[0]
-            # keep a copy of p's moments: the in-place call is about to overwrite p
-            site.pending = p.detach().clone()
-            tapped = self._register_grad(site, p, copy=True)
-            return None if tapped is None else (tapped, *inputs[1:])
-        return hook
-
-    def _make_post_hook(self, site: _Where) -> Callable:
-        def hook(module: nn.Module, inputs: tuple, output: Any) -> None:
-            p = site.pending
-            if self._paused or not self._attached or p is None or \
-                    not isinstance(output, torch.Tensor):
-                return
-            site.pending = None
-            self._observe(site, p, output)
-        return hook
-
-    def _make_block_hook(self, block: _Where) -> Callable:
-        collectors = self._by_target.get("block", [])
-
-        def hook(module: nn.Module, inputs: tuple, output: Any) -> None:
-            h = _first_tensor(output)
-            if not self._paused and self._attached and h is not None:
-                self._observe_into(block, collectors, h)
-        return hook
-
-    def _make_input_hook(self, where: _Where) -> Callable:
-        collectors = self._by_target.get("input", [])
-
-        def hook(module: nn.Module, inputs: tuple, output: Any) -> None:
-            if not self._paused and self._attached and inputs and \
-                    isinstance(inputs[0], torch.Tensor):
-                self._observe_into(where, collectors, inputs[0])
-        return hook
-
-    def _make_grad_hook(self, weight: _Weight) -> Callable:
-        collectors = self._by_target.get("wgrad", [])
-
-        def hook(param: torch.Tensor) -> None:
-            # the last call of a step sees the fully accumulated gradient: it replaces the others
-            if not self._closed and self._attached and param.grad is not None:
-                for collector in collectors:
-                    weight.passes[collector] = [collector.observe(weight, param.grad)]
-        return hook
-
     # ------------------------------------------------------------------ stepping
     def _record_weights(self, step: int) -> None:
         if not self._want_wstate:
@@ -711,120 +383,6 @@ class Probe:
         """The 0-based index of the training step now running."""
         return self._step
 
-    # ------------------------------------------------------------------ reading
-    def flush(self) -> None:
-        """Move pending device-side records to the host (one transfer per device).
-
-        Under a process group the records are merged when each recorded step closes (in
-        :meth:`step`, collectively) and this does nothing.
-        """
-        if not self.distributed:
-            self._flush_records()
-
-    def _host_values(self, records: list) -> list[list[np.ndarray]]:
-        """The records' tensors on the host, in float64 (one transfer per device)."""
-        tensors = [t for rec in records for t in rec[3]]
-        by_device: dict[torch.device, list[int]] = {}
-        for i, t in enumerate(tensors):
-            by_device.setdefault(t.device, []).append(i)
-        host: list[np.ndarray] = [np.empty(0)] * len(tensors)
-        for idx in by_device.values():
-            flat = torch.cat([tensors[i].detach().reshape(-1).to(torch.float64) for i in idx]).cpu()
-            values = flat.numpy()
-            offset = 0
-            for i in idx:
-                size = tensors[i].numel()
-                host[i] = values[offset:offset + size].reshape(tuple(tensors[i].shape))
-                offset += size
-        out, cursor = [], 0
-        for rec in records:
-            out.append(host[cursor:cursor + len(rec[3])])
-            cursor += len(rec[3])
-        return out
-
-    def _flush_records(self) -> None:
-        """Pool, merge (across ranks under a process group) and store the pending records."""
-        records, self._records = self._records, []
-        if not records and not self.distributed:
-            return
-        stats: list[Stats | None] = []
-        values: list[Any] = []
-        for (collector, _, where, _, metas), parts in zip(records, self._host_values(records)):
-            # passes of different sizes (e.g. a last, smaller batch) cannot be stacked
-            same = len({p.shape for p in parts}) <= 1
-            stacked = np.stack(parts) if parts and same else parts
-            values.append(stacked)
-            if collector is None:  # histogram counts: pre and post
-                stats.append({"counts": Stat("sum", stacked.sum(axis=0))})
-            else:
-                stats.append(collector.stats(where, stacked, metas) if collector.mergeable
-                             else None)
-        if self.distributed:
-            # replicated weights (DDP) are identical on every rank: only shards are reduced
-            shared = [i for i, rec in enumerate(records) if getattr(rec[2], "sharded", True)]
-            for i, merged in zip(shared, D.reduce_stats([stats[i] for i in shared])):
-                stats[i] = merged
-        wanted = set(self.metrics)
-        rows: list[tuple[int, str, str, float]] = []
-        hist: list[tuple[int, str, str, np.ndarray]] = []
-        for (collector, step, where, _, metas), value, st in zip(records, values, stats):
-            if collector is None:
-                counts = st["counts"].value
-                hist += [(step, where.name, "pre", counts[0]), (step, where.name, "post", counts[1])]
-                continue
-            out = collector.finish(where, st) if st is not None else \
-                collector.combine(where, value, metas)
-            rows.extend((step, where.name, metric, float(v))
-                        for metric, v in out.items() if metric in wanted)
-        self._store(rows, hist)
-
-    def _store(self, rows: list[tuple[int, str, str, float]],
-               hist: list[tuple[int, str, str, np.ndarray]]) -> None:
-        """Send new rows to the writers (rank 0), keep them, and drop the oldest beyond
-        ``max_rows`` (cost bounded by ``max_rows``, not by the run's length)."""
-        if rows and self.writers and self._writes:
-            frame = _frame(rows)
-            for writer in self.writers:
-                writer.write(frame)
-        hist_writers = [w for w in self.writers if callable(getattr(w, "write_histograms", None))]
-        if hist and hist_writers and self._writes:
-            frame = self._hist_frame(hist)
-            for writer in hist_writers:
-                writer.write_histograms(frame)
-        self._rows.extend(rows)
-        self._hist_rows.extend(hist)
-        if self.max_rows is not None:
-            excess = len(self._rows) - self.max_rows
-            if excess > 0:
-                del self._rows[:excess]
-                self._row_base += excess
-            excess = len(self._hist_rows) - self.max_rows
-            if excess > 0:
-                del self._hist_rows[:excess]
-
-    def table(self) -> pd.DataFrame:
-        """The recorded values kept in memory (all of them unless ``max_rows``) as a tidy
-        DataFrame with columns step, layer, metric, value."""
-        self.flush()
-        return _frame(self._rows)
-
-    def histograms(self) -> pd.DataFrame:
-        """Recorded histograms: columns step, layer, kind (pre/post), bin_left, bin_right, count."""
-        self.flush()
-        if self.hist_bins is None:
-            raise ValueError("no histograms: create the Probe with histograms=<bins>")
-        return self._hist_frame(self._hist_rows)
-
-    def _hist_frame(self, hist: list[tuple[int, str, str, np.ndarray]]) -> pd.DataFrame:
-        """Histogram rows as the frame :meth:`histograms` returns."""
-        edges = np.linspace(*self.hist_range, self.hist_bins + 1)
-        frames = [pd.DataFrame({"step": step, "layer": name, "kind": kind,
-                                "bin_left": edges[:-1], "bin_right": edges[1:], "count": counts})
-                  for step, name, kind, counts in hist]
-        if not frames:
-            return pd.DataFrame(columns=["step", "layer", "kind", "bin_left", "bin_right", "count"])
-        return pd.concat(frames, ignore_index=True)
-
     # ------------------------------------------------------------------ dead units
     def dead_units(self, loader: Iterable[Any], *, forward: Callable[[Any], Any] | None = None
                    ) -> pd.DataFrame:
@@ -838,7 +396,8 @@ class Probe:
         switch train/eval mode: call ``model.eval()`` first if you want inference behaviour.
         ``forward(batch)`` runs the model; by default dict batches are passed as keywords,
         tuples/lists by their first element, tensors as they are (moved to the model's device).
-        One pass of :func:`actlab.measure_once` with the dead-unit metrics.
+        One pass of :func:`actlab.measure_once` with the dead-unit metrics
+        (:data:`DEAD_UNIT_METRICS`).
 
         Returns a DataFrame with columns layer, units, dead_frac, dead_frac_per_batch, batches.
         """
@@ -852,10 +411,11 @@ class Probe:
 
         self._paused = True  # this probe's own hooks must not see the extra passes
         try:
-            table = measure_once(self.model, counted(), metrics=("dead_frac", "dead_frac_per_batch",
-                                                                 "n_units"),
-                                 activations=lambda name, module: name in names, eps=self.eps,
-                                 forward=forward)
+            # a second, local probe over the same sites (what measure_once runs)
+            was_training = self.model.training
+            once = Probe(self.model, every=[0], activations=lambda name, module: name in names,
+                         metrics=DEAD_UNIT_METRICS, eps=self.eps, distributed=False)
+            table = once._pass_once(counted(), forward, was_training)
         finally:
             self._paused = False
         wide = table.pivot(index="layer", columns="metric", values="value")
@@ -867,82 +427,25 @@ class Probe:
         return pd.DataFrame(rows, columns=["layer", "units", "dead_frac", "dead_frac_per_batch",
                                            "batches"])
 
-    # ------------------------------------------------------------------ writers
-    def write(self, writer: Any) -> int:
-        """Send the rows not yet sent to ``writer`` (anything with ``write(df)``, e.g.
-        :class:`~actlab.probe.writers.TensorBoardWriter`); returns how many were sent.
+    def _pass_once(self, batches: Iterable[Any], forward: Callable[[Any], Any] | None,
+                   was_training: bool) -> pd.DataFrame:
+        """Record this probe's one step over every batch without gradients, then close it and
+        put the model back in ``was_training`` mode; the table without its step column.
 
-        Rows already dropped by ``max_rows`` are skipped (pass ``writers=`` to stream every
-        row); under a process group only rank 0 sends."""
-        self.flush()
-        # only the rows not yet sent are converted: the cost does not grow with the table
-        start = max(self._written.get(id(writer), 0), self._row_base)
-        new = self._rows[start - self._row_base:]
-        self._written[id(writer)] = self._row_base + len(self._rows)
-        if not new or not self._writes:
-            return 0
-        writer.write(_frame(new))
-        return len(new)
-
-    def to_csv(self, path: Any) -> None:
-        """Write the table as CSV."""
-        from actlab.probe.writers import write_csv
-
-        write_csv(self.table(), path)
-
-    def to_parquet(self, path: Any) -> None:
-        """Write the table as Parquet (needs pyarrow: ``pip install actlab[parquet]``)."""
-        from actlab.probe.writers import write_parquet
-
-        write_parquet(self.table(), path)
-
-    # ------------------------------------------------------------------ checkpoints
-    def state_dict(self) -> dict[str, Any]:
-        """What a checkpoint keeps of the probe: the step, the step whose weights were last
-        recorded, and per tracked weight its initial (``w0``) and last recorded (``w_prev``)
-        snapshots with ``w0``'s moments (``m0``), as tensors; under FSDP2 the local shards
-        (save one per rank). Recorded rows are not included: stream them with ``writers``.
+        The pass of :func:`actlab.measure_once` and of :meth:`dead_units` (a probe created
+        with ``every=[0]`` for it).
         """
-        return {"step": self._step, "weights_at": self._weights_at,
-                "weights": {w.name: {"w0": w.w0.clone(), "w_prev": w.w_prev.clone(),
-                                     "m0": w.m0.clone()} for w in self.weights}}
-
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Resume from :meth:`state_dict` output (load the model's weights first).
-
-        Pending records of the new probe (e.g. the weights it recorded when created) are
-        dropped; the weights of the resumed step are recorded unless the saved run already had.
-        """
-        if self._closed:
-            raise RuntimeError("Probe.load_state_dict() after close()")
+        run = forward if forward is not None else (lambda batch: default_forward(self.model, batch))
         try:
-            step, weights_at, saved = int(state["step"]), int(state["weights_at"]), state["weights"]
-        except (KeyError, TypeError, ValueError) as exc:
-            raise ValueError(f"not a Probe state_dict: {exc!r}") from None
-        names = [w.name for w in self.weights]
-        if sorted(saved) != sorted(names):
-            raise ValueError(f"probe state tracks weights {sorted(saved)}, this probe {sorted(names)}")
-        for weight in self.weights:
-            for key in ("w0", "w_prev", "m0"):
-                mine, theirs = getattr(weight, key), saved[weight.name][key]
-                if tuple(theirs.shape) != tuple(mine.shape):
-                    raise ValueError(f"probe state: {weight.name}.{key} has shape "
-                                     f"{tuple(theirs.shape)}, expected {tuple(mine.shape)}")
-                mine.copy_(theirs)
-            weight.passes = {}
-        for where in (*self.sites, *self.blocks, *self.inputs):
-            where.passes, where.hist = {}, None
-        self._records.clear()
-        self._step, self._weights_at = step, weights_at
-        due = self.schedule.due(step)
-        if self._persistent:
-            self._attached = due
-        elif due and not self._attached:
-            self._attach()
-        elif not due and self._attached:
-            self._detach()
-        if due and weights_at != step:
-            self._record_weights(step)
+            with torch.no_grad():
+                for batch in batches:
+                    run(batch)
+            self.step()
+            table = self.table()
+        finally:
+            self.close()
+            self.model.train(was_training)
+        return table.drop(columns="step").reset_index(drop=True)
 
     # ------------------------------------------------------------------ lifetime
     def close(self) -> None:
@@ -984,52 +487,3 @@ class Probe:
     def __repr__(self) -> str:
         return (f"Probe(sites={len(self.sites)}, weights={len(self.weights)}, "
                 f"blocks={len(self.blocks)}, step={self._step}, schedule={self.schedule!r})")
-
-
-#: Collector targets that need a backward pass (``measure_once`` runs without gradients).
-_BACKWARD_TARGETS = ("grad", "outgrad", "wgrad")
-
-
-def measure_once(model: nn.Module, inputs: Iterable[Any], *, metrics: Iterable[str],
-                 activations: Where | bool = None,
-                 blocks: Iterable[nn.Module | str] | None = None,
-                 modules: Iterable[nn.Module | str] | None = None,
-                 eps: float = 1e-7, saturation_tol: float = 0.01,
-                 forward: Callable[[Any], Any] | None = None,
-                 eval_mode: bool = False) -> pd.DataFrame:
-    """Forward-only probe metrics pooled over every batch of ``inputs``.
-
-    One :class:`~actlab.probe.probe.Probe` step over all of ``inputs`` under
-    ``torch.no_grad()``: each batch is run with ``forward(batch)`` (default
-    :func:`default_forward`), and the statistics of all passes are pooled exactly as the
-    probe pools several passes of a training step. ``activations``, ``blocks``, ``eps`` and
-    ``saturation_tol`` are as for ``Probe``; ``modules`` are the modules whose input the
-    ``input`` metrics read (``down_input_range``). The model's train/eval mode is left as it
-    is unless ``eval_mode=True``, which runs in eval mode and restores the previous mode.
-    Weight-state metrics describe the current weights; backward metrics raise ``ValueError``.
-
-    Returns the tidy frame with columns layer, metric, value.
-    """
-    chosen = (metrics,) if isinstance(metrics, str) else tuple(metrics)
-    backward = [m for c in collectors_for(chosen) if c.target in _BACKWARD_TARGETS
-                for m in c.metrics if m in chosen]
-    if backward:
-        raise ValueError(f"measure_once runs without gradients; metrics {backward} need a "
-                         f"backward pass: record them with actlab.Probe during training")
-    run = forward if forward is not None else (lambda batch: default_forward(model, batch))
-    was_training = model.training
-    if eval_mode:
-        model.eval()
-    # a local measurement: it may run on one rank only, so it never merges across ranks
-    probe = Probe(model, every=[0], activations=activations, blocks=blocks, metrics=chosen,
-                  eps=eps, saturation_tol=saturation_tol, inputs=modules, distributed=False)
-    try:
-        with torch.no_grad():
-            for batch in inputs:
-                run(batch)
-        probe.step()
-        table = probe.table()
-    finally:
-        probe.close()
-        model.train(was_training)
-    return table.drop(columns="step").reset_index(drop=True)
