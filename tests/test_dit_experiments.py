@@ -23,6 +23,7 @@ from actlab.experiments.dit_percentile.claims import claims as percentile_claims
 from actlab.experiments.dit_shift import DiTShiftConfig  # noqa: E402
 from actlab.experiments.dit_shift.claims import claims as shift_claims  # noqa: E402
 from actlab.recipes.dit_protocol import (  # noqa: E402
+    DIT_S2_STEPS,
     PAPER_EMA,
     PAPER_STEPS,
     PAPER_WARMUP,
@@ -54,21 +55,26 @@ TINY = {
 }
 
 
-def test_scaling_gives_the_papers_values_at_400k_steps():
+def test_scaling_gives_the_papers_values_at_their_lengths():
     assert scaled_decay(PAPER_EMA, PAPER_STEPS) == pytest.approx(0.9999, abs=1e-15)
     assert scaled_warmup(PAPER_STEPS) == 50_000 == PAPER_WARMUP
-    # the same fraction of training at ours: 1/40 for the EMA window, 1/8 for warm-up
+    # the same fraction of training at ours: 1/40 of DiT-B/2's 400,000 for the EMA window
     assert scaled_decay(PAPER_EMA, 4000) == pytest.approx(1 - 1 / 100)
-    assert scaled_warmup(4000) == 500
     assert scaled_decay(PAPER_EMA, 20) == 0.0  # no negative decay on very short runs
-    config = DiTPercentileConfig(steps=4000)
+    # dit-percentile takes its fractions from DiT-S/2's 300K: warm-up 1/6, EMA window 1/30
+    assert DIT_S2_STEPS == 300_000
+    config = DiTPercentileConfig(steps=3000)
     assert config.warmup == 500 and config.momentum == pytest.approx(0.01)
-    # the statistics' EMA at the paper's T_warm: 5 / 50,000 = 1 - 0.9999
-    assert DiTPercentileConfig(steps=PAPER_STEPS).momentum == pytest.approx(1 - 0.9999)
+    assert config.ema_decay == pytest.approx(1 - 1 / 100)
+    # at the paper's lengths the paper's values: T_warm and the statistics' EMA 5 / 50,000
+    s2 = DiTPercentileConfig(steps=DIT_S2_STEPS)
+    assert s2.warmup == PAPER_WARMUP and s2.momentum == pytest.approx(1 - 0.9999)
+    assert s2.ema_decay == pytest.approx(PAPER_EMA, abs=1e-15)
+    assert DiTShiftConfig(steps=PAPER_STEPS).ema_decay == pytest.approx(PAPER_EMA, abs=1e-15)
 
 
 def test_condition_specs():
-    config = DiTPercentileConfig(steps=800)
+    config = DiTPercentileConfig(steps=600)  # warm-up 600 / 6 = 100 steps
     assert config.norm_spec("layernorm") == "layernorm"
     assert config.norm_spec("percentile") == "percentile-layernorm:q=0.5:momentum=0.05"
     assert config.norm_spec("percentile-frozen").endswith(":freeze_after=100")

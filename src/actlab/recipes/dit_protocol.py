@@ -24,11 +24,14 @@ One run (:func:`train_condition`) trains :class:`~actlab.nn.dit.DiT` with the ε
   (thread CPU time on the CPU, CUDA events on a GPU) during warm-up and after it, steps
   with an evaluation left out.
 
-Scaling ours (labelled so): the papers train for 400,000 steps ("Rethinking Activation
-Functions" §4.2), with EMA decay γ = 0.9999 (an average over 1/(1 − γ) = 10⁴ updates, 1/40
-of training) and, in "Bug or Feature²" §7, T_warm = 50,000 warm-up steps (1/8 of
-training). :func:`scaled_decay` and :func:`scaled_warmup` keep those fractions at our
-number of steps, and give back the papers' values at 400,000 steps.
+Scaling ours (labelled so): "Rethinking Activation Functions" §4.2 trains DiT-B/2 for 400,000
+steps, with EMA decay γ = 0.9999 (an average over 1/(1 − γ) = 10⁴ updates, 1/40 of
+training). "Bug or Feature²" trains DiT-S/2, whose samples "improve progressively to 300K
+steps" (App. B.2, the only length it gives for that model: we read it as the training
+length), with T_warm = 50,000 warm-up steps (§7; 1/6 of 300K). :func:`scaled_decay` and
+:func:`scaled_warmup` keep those fractions of the experiment's paper model
+(``DiTProtocolConfig.paper_steps``) at our number of steps, and give back the papers' values
+at the papers' lengths.
 
 Data: the 8x8 digits in [-1, 1] (:func:`~actlab.data.digits.load_digits_pixels`), or VAE
 latents (``data="latents:DIR"``, :class:`~actlab.data.latents.LatentShards` scaled by
@@ -41,7 +44,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import pandas as pd
@@ -57,6 +60,7 @@ from actlab.train.placement import place, to_model_device, unit_device
 PAPER_STEPS = 400_000  # "Rethinking Activation Functions" §4.2: DiT-B/2 for 400,000 steps
 PAPER_EMA = 0.9999  # the DiT reference's EMA decay; "Bug or Feature²" §7's γ
 PAPER_WARMUP = 50_000  # "Bug or Feature²" §7: T_warm for DiT-S/2
+DIT_S2_STEPS = 300_000  # "Bug or Feature²" App. B.2: DiT-S/2 "improve progressively to 300K steps"
 CUSTOM = "custom"
 LOSS_SEED = 1_000_003  # fixed draws of the training-loss probe (ours)
 PROBE_SEED = 1_000_033  # fixed probe batch of the hidden-state means (ours)
@@ -75,13 +79,20 @@ def scaled_warmup(
     steps: int, paper_warmup: int = PAPER_WARMUP, paper_steps: int = PAPER_STEPS
 ) -> int:
     """Warm-up steps that are the same fraction of ``steps`` as ``paper_warmup`` of
-    ``paper_steps`` (1/8), at least 1."""
+    ``paper_steps``, at least 1."""
     return max(1, round(steps * paper_warmup / paper_steps))
 
 
 @dataclass
 class DiTProtocolConfig(CheckedConfig):
-    """Model, data, training and measurement settings shared by the DiT experiments."""
+    """Model, data, training and measurement settings shared by the DiT experiments.
+
+    ``paper_steps`` is the training length of the paper's DiT that the EMA and warm-up
+    fractions are taken from (a class constant, not a field): :data:`PAPER_STEPS` for
+    "Rethinking"'s DiT-B/2; an experiment on "Bug or Feature²"'s DiT-S/2 sets its own.
+    """
+
+    paper_steps: ClassVar[int] = PAPER_STEPS
 
     model: str = CUSTOM  # "custom" (the fields below) or a DiT name such as "DiT-B/2"
     hidden_size: int = checked(64, ge=4)
@@ -136,13 +147,14 @@ class DiTProtocolConfig(CheckedConfig):
 
     @property
     def ema_decay(self) -> float:
-        """The DiT reference's 0.9999 scaled to ``steps`` (:func:`scaled_decay`)."""
-        return scaled_decay(PAPER_EMA, self.steps)
+        """The DiT reference's 0.9999 scaled to ``steps`` from ``paper_steps``
+        (:func:`scaled_decay`)."""
+        return scaled_decay(PAPER_EMA, self.steps, self.paper_steps)
 
     @property
     def warmup(self) -> int:
-        """T_warm = 50,000 of 400,000 scaled to ``steps`` (:func:`scaled_warmup`)."""
-        return scaled_warmup(self.steps)
+        """T_warm = 50,000 of ``paper_steps`` scaled to ``steps`` (:func:`scaled_warmup`)."""
+        return scaled_warmup(self.steps, paper_steps=self.paper_steps)
 
     def log_steps(self) -> list[int]:
         """The training-loss and hidden-state checkpoints: log-spaced, 0 and the end included."""
@@ -748,6 +760,7 @@ __all__ = [
     "IS",
     "PAPER_EMA",
     "PAPER_STEPS",
+    "DIT_S2_STEPS",
     "PAPER_WARMUP",
     "DiTData",
     "DiTProtocolConfig",

@@ -121,8 +121,8 @@ def claims(summary: dict) -> list[Claim]:
     return judge_all(specs)
 
 
-# ours: the six activations of Table 1 read from §5 (GELU and ReLU baselines, NoisyReLU, SUGAR,
-# ReLU², and SiLU, the remaining smooth one of our set); the paper's table lists them, its text not
+# The six activations of Table 1, which App. D.3's text lists too ("Six activation functions
+# (ReLU, GELU, SiLU, ReLU2, NoisyReLU, SUGARBSiLU)"), SUGAR with its B-SiLU surrogate.
 TABLE1_SIX = ("relu", "gelu", "silu", "relu2", "noisy_relu", "sugar")
 
 
