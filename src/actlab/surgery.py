@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable
 from torch import nn
 
 from actlab.activations.base import Activation
-from actlab.activations.spec import make_activation
+from actlab.activations.spec_activation import make_activation
 
 #: ``torch.nn`` activation classes treated as activation sites (elementwise or gated).
 TORCH_ACTIVATIONS: tuple[type[nn.Module], ...] = (
@@ -158,7 +158,7 @@ def patch_(
 
     ``spec`` is an actlab spec string (``"relu"``, ``"gelu:adaptive"``), an ``nn.Module``
     (deep-copied per site, so sites never share parameters) or a zero-argument factory, as
-    :func:`~actlab.activations.spec.make_activation` builds every model's activations.
+    :func:`~actlab.activations.spec_activation.make_activation` builds every model's activations.
     ``where`` selects sites as in :func:`select_sites`. By default (``where=None``) every
     *unbounded* site is replaced and bounded ones (tanh, sigmoid, hardtanh, ...) are kept:
     in modern networks those are gates and poolers (BERT's pooler tanh, squeeze-excitation

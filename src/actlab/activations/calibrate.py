@@ -24,7 +24,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from actlab.activations.spec import SpecActivation
+from actlab.activations.spec_activation import SpecActivation
 
 __all__ = ["ShiftRecorder", "calibrate_shifts_", "measured_activations"]
 

@@ -1,7 +1,7 @@
 """Activations with parameters, randomness or a custom backward: PReLU, learnable SiLU,
 NoisyReLU and SUGAR.
 
-These are the "core" modules a spec wraps; :class:`~actlab.activations.spec.SpecActivation`
+These are the "core" modules a spec wraps; :class:`~actlab.activations.spec_activation.SpecActivation`
 adds the shared options (shift, adaptive, clip, topk) around them.
 """
 

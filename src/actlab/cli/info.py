@@ -13,7 +13,7 @@ from actlab.cli import main
 
 def _catalogue() -> list[tuple[str, str]]:
     """``(name, description)`` of every available activation, sorted by name."""
-    from actlab.activations.spec import activation_info, available_activations
+    from actlab.activations.registry import activation_info, available_activations
 
     return [(name, activation_info(name).description) for name in available_activations()]
 

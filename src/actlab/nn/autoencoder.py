@@ -23,7 +23,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor, nn
 
-from actlab.activations.spec import make_activation
+from actlab.activations.spec_activation import make_activation
 from actlab.errors import did_you_mean
 
 SIMILARITIES = ("correlation", "cosine", "psnr")

@@ -35,7 +35,7 @@ import torch
 from torch import nn
 
 from actlab import init
-from actlab.activations.spec import make_activation
+from actlab.activations.spec_activation import make_activation
 from actlab.errors import ConfigError
 from actlab.train.placement import place
 

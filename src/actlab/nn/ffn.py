@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
-from actlab.activations.spec import activation, make_activation
+from actlab.activations.spec_activation import activation, make_activation
 from actlab.errors import ConfigError, config_check, did_you_mean
 from actlab.nn.norms import make_norm, parse_norm
 
@@ -64,7 +64,7 @@ class FFN(nn.Module):
         d_model: input and output width d.
         hidden: intermediate width m.
         activation: any activation spec string (see :func:`actlab.activation`) or a module
-            (deep-copied, see :func:`~actlab.activations.spec.make_activation`).
+            (deep-copied, see :func:`~actlab.activations.spec_activation.make_activation`).
         bias: biases on both projections.
         norm: a :func:`~actlab.nn.norms.make_norm` name for a norm over the m pre-activations
             of each token (``"none"``: no norm); ``"percentile:q=0.7"`` is Percentile

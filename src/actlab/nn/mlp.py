@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
-from actlab.activations.spec import make_activation
+from actlab.activations.spec_activation import make_activation
 from actlab.nn.norms import make_norm
 
 

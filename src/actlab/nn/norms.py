@@ -27,8 +27,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from actlab.activations import native
+from actlab.activations.grammar import split_spec
 from actlab.activations.running import check_freeze_after, check_momentum, resolve_momentum
-from actlab.activations.spec import split_spec
 from actlab.errors import did_you_mean
 
 _INTERPOLATIONS = ("linear", "lower", "higher", "nearest", "midpoint")
@@ -555,7 +555,7 @@ _RUNNING_CHECKS = {"freeze_after": check_freeze_after, "momentum": check_momentu
 def parse_norm(spec: str) -> tuple[str, dict[str, float | int]]:
     """Split ``"percentile:q=0.7:freeze_after=100"`` into a name and options.
 
-    The grammar is the activations' (:func:`~actlab.activations.spec.split_spec`). The old
+    The grammar is the activations' (:func:`~actlab.activations.grammar.split_spec`). The old
     comma form (``percentile:q=0.7,freeze_after=100``) is still read, with a
     ``DeprecationWarning``. Unknown names or options raise ``ValueError`` naming the
     closest valid ones.

@@ -14,7 +14,7 @@ import math
 import torch
 from torch import Tensor, nn
 
-from actlab.activations.spec import make_activation
+from actlab.activations.spec_activation import make_activation
 
 
 class OneBlock(nn.Module):

@@ -27,7 +27,7 @@ from collections.abc import Mapping
 import torch
 from torch import Tensor, nn
 
-from actlab.activations.spec import make_activation
+from actlab.activations.spec_activation import make_activation
 from actlab.nn import residual_stack
 
 

@@ -30,7 +30,7 @@ from torch import Tensor, nn
 from torch.autograd.function import once_differentiable
 
 from actlab.activations import native
-from actlab.activations.spec import SpecActivation
+from actlab.activations.spec_activation import SpecActivation
 
 SOURCE = Path(__file__).with_name("csrc") / "residual_stack.cpp"
 # The activations the stack kernel covers; their numbers are native.KINDS (leaky_relu is

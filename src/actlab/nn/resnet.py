@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 from torch import Tensor, nn
 
-from actlab.activations.spec import make_activation
+from actlab.activations.spec_activation import make_activation
 from actlab.nn.norms import make_norm
 
 

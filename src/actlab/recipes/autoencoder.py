@@ -43,7 +43,7 @@ import torch
 from torch import Tensor, nn
 
 from actlab.activations.calibrate import calibrate_shifts_, measured_activations
-from actlab.activations.spec import SpecActivation
+from actlab.activations.spec_activation import SpecActivation
 from actlab.init import initialize_
 from actlab.nn.autoencoder import ConvAutoencoder, bias_decomposition, image_similarity
 from actlab.train.callbacks import EvalLog, LossLog

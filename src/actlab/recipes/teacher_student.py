@@ -39,7 +39,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from actlab.activations.spec import theory_shift
+from actlab.activations.registry import theory_shift
 from actlab.analysis import log_steps
 from actlab.data.synthetic import GaussianStream, gaussian_inputs, seed_generator, soft_targets
 from actlab.errors import ConfigError

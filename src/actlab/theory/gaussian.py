@@ -5,7 +5,7 @@ Gauss–Legendre quadrature in float64, accurate to about 1e-15 for integrands s
 each side of 0).
 
 The activation is resolved through the spec registry
-(:func:`actlab.activations.spec.resolve_elementwise`), so user-registered activations work;
+(:func:`actlab.activations.registry.resolve_elementwise`), so user-registered activations work;
 when the registry gives no derivative, autograd is used, and when the function is not
 differentiable by torch, central finite differences.
 """
@@ -17,7 +17,8 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from actlab.activations.spec import DEFAULT_Q, base_spec, parse_spec, resolve_elementwise
+from actlab.activations.grammar import DEFAULT_Q, base_spec, parse_spec
+from actlab.activations.registry import resolve_elementwise
 from actlab.errors import SpecError
 from actlab.theory.quadrature import Elementwise, expectation, gaussian_expectations
 

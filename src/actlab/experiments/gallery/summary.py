@@ -146,7 +146,7 @@ def read_recursion(table: Any) -> dict:
 
 def elementwise_activations() -> list[str]:
     """Registered activations with Gaussian averages (all of them are elementwise by name)."""
-    from actlab.activations.spec import available_activations
+    from actlab.activations.registry import available_activations
 
     return list(available_activations())
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass
 
-from actlab.activations.spec import activation
+from actlab.activations.spec_activation import activation
 from actlab.errors import ConfigError, config_check
 from actlab.experiments.gated_ffn.claims import claims
 from actlab.experiments.gated_ffn.figures import draw

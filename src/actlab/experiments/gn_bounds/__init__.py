@@ -36,7 +36,8 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
-from actlab.activations.spec import make_activation, theory_shift
+from actlab.activations.registry import theory_shift
+from actlab.activations.spec_activation import make_activation
 from actlab.analysis import log_steps
 from actlab.data.synthetic import gaussian_inputs
 from actlab.errors import ConfigError

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from actlab.activations.spec import theory_shift
+from actlab.activations.registry import theory_shift
 from actlab.experiments.shift_sweep.claims import claims as shift_sweep_claims
 from actlab.experiments.shift_sweep.figures import shift_sweep_figure
 from actlab.experiments.shift_sweep.summary import loss_by_shift, summarize

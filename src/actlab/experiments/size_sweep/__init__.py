@@ -16,7 +16,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from actlab.activations.spec import theory_shift
+from actlab.activations.registry import theory_shift
 from actlab.errors import ConfigError
 from actlab.experiments.size_sweep.claims import claims as size_sweep_claims
 from actlab.experiments.size_sweep.figures import optimal_shift_figure, size_grid_figure

@@ -139,7 +139,7 @@ def gpt_point_args(method: str, level: float, freeze_after: int | None = None
 def record_kept_fraction(model: Any) -> list[list[float]]:
     """Hooks on ``model``'s Top-K activations appending, at every training forward call, the
     share of non-zero outputs; one list per site (the hooks stay: the model is discarded)."""
-    from actlab.activations.spec import SpecActivation
+    from actlab.activations.spec_activation import SpecActivation
 
     sites: list[list[float]] = []
     for module in model.modules():
