@@ -38,9 +38,16 @@ def claims(summary: dict) -> list[Claim]:
     specs = []
     for norm in summary.get("norms", ["layernorm"]):
         for act in summary.get("activations", []):
-            specs += _norm_act_specs(norm, act, {o: arms.get(f"{norm}/{o}/{act}")
+            specs += _norm_act_specs(norm, act, {o: _arm(arms, norm, o, act)
                                                  for o in ("adamw", "muon")})
     return judge_all(specs)
+
+
+def _arm(arms: dict, norm: str, optimizer: str, act: str) -> dict | None:
+    """The arm of a norm, optimizer and activation. Runs kept before the norm arms existed
+    trained one norm (their summary's ``norms``, LayerNorm when absent) and name their arms
+    ``optimizer/activation``."""
+    return arms.get(f"{norm}/{optimizer}/{act}", arms.get(f"{optimizer}/{act}"))
 
 
 def _norm_act_specs(norm: str, act: str, arms: dict[str, dict | None]) -> list[ClaimSpec]:
