@@ -277,7 +277,7 @@ def test_frozen_and_eval_paths_match_the_affine_formula_with_gradients(flavour, 
 
 @pytest.mark.parametrize("use_numpy", [True, False])
 def test_both_selection_paths_give_the_order_statistics_with_ties(use_numpy):
-    from actlab.nn.norms import _select_neighbours
+    from actlab.nn.percentile import _select_neighbours
 
     gen = torch.Generator().manual_seed(13)
     flat = torch.randint(0, 4, (50, 9), generator=gen).double()  # many ties

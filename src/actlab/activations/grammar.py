@@ -154,7 +154,7 @@ def split_spec(spec: str, what: str = "activation") -> tuple[str, list[tuple[str
     """Split ``NAME:key=value:flag`` into the lower-cased name and ``[(key, value or None)]``.
 
     The one tokenizer of the spec grammar, shared by activations and norms
-    (:func:`actlab.nn.norms.parse_norm`). Keys are lower-cased, values stripped; a flag has
+    (:func:`actlab.nn.norm_spec.parse_norm`). Keys are lower-cased, values stripped; a flag has
     the value ``None``. Empty options, empty values and repeated keys raise
     :class:`SpecError`; ``what`` names the kind of spec in the messages.
     """

@@ -63,7 +63,8 @@ from actlab.nn.ffn import (
     ffn_flops_per_token,
     matched_width,
 )
-from actlab.nn.norms import make_norm, parse_norm
+from actlab.nn.norm_spec import parse_norm
+from actlab.nn.norms import make_norm
 
 __all__ = ["DIT_CONFIGS", "DiT", "DiTBlock", "DiTConfig", "FinalLayer", "LabelEmbedder",
            "PatchEmbed", "TimestepEmbedder", "dit_config", "modulate", "sincos_pos_embed_2d",

@@ -19,7 +19,8 @@ from torch import Tensor, nn
 
 from actlab.activations.spec_activation import activation, make_activation
 from actlab.errors import ConfigError, config_check, did_you_mean
-from actlab.nn.norms import make_norm, parse_norm
+from actlab.nn.norm_spec import parse_norm
+from actlab.nn.norms import make_norm
 
 __all__ = [
     "FFN",

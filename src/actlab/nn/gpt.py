@@ -46,7 +46,8 @@ from actlab.nn.ffn import (
     ffn_param_count,
     matched_width,
 )
-from actlab.nn.norms import make_norm, parse_norm
+from actlab.nn.norm_spec import parse_norm
+from actlab.nn.norms import make_norm
 
 __all__ = ["FFN_KINDS", "GPT", "GPTConfig", "POSITIONS"]
 
