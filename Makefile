@@ -17,7 +17,7 @@ $(STAMP): pyproject.toml
 venv: $(STAMP)
 
 demo: $(STAMP)
-	$(VENV)/bin/actlab reproduce --quick --out runs
+	$(VENV)/bin/actlab reproduce --quick --out runs --overwrite
 
 test: $(STAMP)
 	$(PY) -m pytest -q

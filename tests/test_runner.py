@@ -194,3 +194,31 @@ def test_a_dead_worker_fails_its_unit_instead_of_the_sweep():
     assert record["status"] == "failed" and record["id"] == "abc" and record["seeds"] == [3]
     assert "worker process died" in record["error"]
     assert _result_or_failure(lambda: {"id": "abc", "status": "ok"}, task)["status"] == "ok"
+
+
+def test_finished_units_are_never_discarded_without_overwrite(tmp_path):
+    first = toy.invoke("run", "toy", "--quick", "--out", tmp_path)
+    assert first.exit_code == 0, first.output
+    run_dir = tmp_path / "toy" / "quick"
+    records = sorted(p.read_bytes() for p in (run_dir / "units").glob("*.json"))
+    # the same run again without --resume: refused in one line, exit 2, nothing touched
+    again = toy.invoke("run", "toy", "--quick", "--out", tmp_path)
+    assert again.exit_code == 2, again.output
+    assert again.stderr.count("\n") == 1 and "--overwrite" in again.stderr
+    assert "4 finished unit(s)" in again.stderr and "Traceback" not in again.output
+    assert sorted(p.read_bytes() for p in (run_dir / "units").glob("*.json")) == records
+    # a sweep and a reproduction into it are refused the same way
+    sweep = toy.invoke("sweep", "toy", "--quick", "--grid", "lr=0.1", "--name", "quick",
+                       "--out", tmp_path)
+    assert sweep.exit_code == 2 and "--overwrite" in sweep.stderr
+    reproduce = toy.invoke("reproduce", "--quick", "--only", "toy", "--out", tmp_path)
+    assert reproduce.exit_code == 2 and "--overwrite" in reproduce.stderr
+    assert sorted(p.read_bytes() for p in (run_dir / "units").glob("*.json")) == records
+    # --overwrite discards them, and says so
+    overwritten = toy.invoke("run", "toy", "--quick", "--overwrite", "--out", tmp_path)
+    assert overwritten.exit_code == 0 and "discarding 4 finished unit(s)" in overwritten.stderr
+    # a directory with failed units only holds nothing finished: no refusal
+    for path in (run_dir / "units").glob("*.json"):
+        record = json.loads(path.read_text())
+        path.write_text(json.dumps({**record, "status": "failed"}))
+    assert toy.invoke("run", "toy", "--quick", "--out", tmp_path).exit_code == 0

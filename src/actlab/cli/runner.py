@@ -89,6 +89,9 @@ def _common(function):
                      help="Root folder of run directories."),
         click.option("--name", default=None, help="Run name (default: from scale, --set, --grid, seeds)."),
         click.option("--resume", is_flag=True, help="Skip units already finished in the run directory."),
+        click.option("--overwrite", is_flag=True,
+                     help="Discard the finished units of an earlier run of this name (without "
+                          "--resume or --overwrite such a run directory is refused)."),
         click.option("--workers", type=int, default=1, show_default=True, help="Parallel processes."),
         click.option("--device", default="cpu", show_default=True, help="cpu, cuda or cuda:N."),
         click.option("--native", is_flag=True, help=NATIVE_HELP),
@@ -105,8 +108,8 @@ def _common(function):
 @click.argument("experiment", required=False)
 @click.option("--list", "list_only", is_flag=True, help="List the registered experiments.")
 @_common
-def run_command(experiment, list_only, quick, full, seeds, sets, out, name, resume, workers, device,
-                native, tensorboard, mlflow):
+def run_command(experiment, list_only, quick, full, seeds, sets, out, name, resume, overwrite,
+                workers, device, native, tensorboard, mlflow):
     """Run EXPERIMENT into OUT/EXPERIMENT/NAME (config, env, metrics, summary, figures, report)."""
     load_plugins()
     if list_only:
@@ -118,8 +121,9 @@ def run_command(experiment, list_only, quick, full, seeds, sets, out, name, resu
     if not experiment:
         raise click.UsageError("missing EXPERIMENT (or use --list)")
     _use_native(native, device)
-    options = RunOptions(out=Path(out), name=name, resume=resume, workers=workers, device=device,
-                         tensorboard=tensorboard, mlflow=mlflow, command=list(sys.argv))
+    options = RunOptions(out=Path(out), name=name, resume=resume, overwrite=overwrite,
+                         workers=workers, device=device, tensorboard=tensorboard, mlflow=mlflow,
+                         command=list(sys.argv))
     outcome = run_experiment(experiment, _scale(quick, full), parse_assignments(sets), None, seeds, options)
     _finish([outcome])
 
@@ -132,11 +136,12 @@ def run_command(experiment, list_only, quick, full, seeds, sets, out, name, resu
 @click.option("--address", default=None, help="Ray cluster address (default: start a local instance).")
 @_common
 def sweep_command(experiment, grid, backend, address, quick, full, seeds, sets, out, name, resume,
-                  workers, device, native, tensorboard, mlflow):
+                  overwrite, workers, device, native, tensorboard, mlflow):
     """Run EXPERIMENT over every combination of --grid values, as one resumable run directory."""
     load_plugins()
     _use_native(native, device)
-    options = RunOptions(out=Path(out), name=name, resume=resume, backend=backend, workers=workers,
+    options = RunOptions(out=Path(out), name=name, resume=resume, overwrite=overwrite,
+                         backend=backend, workers=workers,
                          address=address, device=device, tensorboard=tensorboard, mlflow=mlflow,
                          command=list(sys.argv))
     outcome = run_experiment(experiment, _scale(quick, full), parse_assignments(sets), parse_grid(grid),
@@ -159,13 +164,16 @@ def report_command(run_dir):
 @click.option("--only", default=None, metavar="A,B", help="Only these experiments.")
 @click.option("--out", type=click.Path(file_okay=False), default="runs", show_default=True)
 @click.option("--resume", is_flag=True, help="Skip units already finished.")
+@click.option("--overwrite", is_flag=True,
+              help="Discard finished units of an earlier reproduction in OUT (without --resume "
+                   "or --overwrite such an OUT is refused).")
 @click.option("--workers", type=int, default=None,
               help="Parallel processes sharing the units of all experiments, longest first "
                    "[default: the number of cores with --device cpu, else 1]; 1 runs in-process, "
                    "experiment by experiment.")
 @click.option("--device", default="cpu", show_default=True)
 @click.option("--native", is_flag=True, help=NATIVE_HELP)
-def reproduce_command(quick, full, only, out, resume, workers, device, native):
+def reproduce_command(quick, full, only, out, resume, overwrite, workers, device, native):
     """Run every registered experiment and write OUT/index.html with the headline findings.
 
     The units of all experiments share one pool of --workers processes, started longest
@@ -181,8 +189,8 @@ def reproduce_command(quick, full, only, out, resume, workers, device, native):
     if workers is None:
         workers = default_workers(device)
     names = [n.strip() for n in only.split(",") if n.strip()] if only else None
-    options = RunOptions(out=Path(out), resume=resume, workers=workers, device=device,
-                         command=list(sys.argv))
+    options = RunOptions(out=Path(out), resume=resume, overwrite=overwrite, workers=workers,
+                         device=device, command=list(sys.argv))
     outcome = reproduce(_scale(quick, full), names, options, echo=click.echo)
     from actlab.runner.report import origin_counts
 

@@ -47,6 +47,7 @@ class RunOptions:
     out: Path = Path("runs")
     name: str | None = None  # run name; default from scale, overrides, grid and seeds
     resume: bool = False
+    overwrite: bool = False  # without resume: discard the finished units of an earlier run
     backend: str = "local"
     workers: int = 1
     address: str | None = None
@@ -316,6 +317,22 @@ def check_run_options(options: RunOptions) -> None:
     check_device(options.device)
 
 
+def refuse_to_discard(run_dir: RunDir, options: RunOptions) -> None:
+    """Without ``--resume``, a run directory holding finished units is refused unless
+    ``--overwrite`` says to discard them (then a note says how many go)."""
+    if options.resume:
+        return
+    finished = run_dir.finished_units()
+    if not finished:
+        return
+    if not options.overwrite:
+        raise ConfigError("--overwrite", f"{run_dir.path} holds {len(finished)} finished "
+                                         "unit(s): --resume continues that run, --overwrite "
+                                         "discards it, or choose another --name")
+    print(f"note: discarding {len(finished)} finished unit(s) of {run_dir.path} (--overwrite)",
+          file=sys.stderr)
+
+
 def prepare_run(
     name: str,
     scale: str = "default",
@@ -348,6 +365,7 @@ def prepare_run(
             )
     if options.backend == "ray" or options.workers > 1:
         _check_round_trip(plan)
+    refuse_to_discard(run_dir, options)
     run_dir.prepare(options.resume)
     run_dir.write_json("config.json", config_record)
     use_strict_float32()  # as every unit does; env.json then records the flags units run under

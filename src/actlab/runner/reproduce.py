@@ -25,11 +25,19 @@ from typing import Any
 from actlab.errors import did_you_mean
 from actlab.runner.atomic import atomic_write_json
 from actlab.runner.backends import run_indexed
-from actlab.runner.driver import PreparedRun, RunOptions, check_run_options, finish_run, prepare_run
+from actlab.runner.driver import (
+    PreparedRun,
+    RunOptions,
+    check_run_options,
+    finish_run,
+    prepare_run,
+    refuse_to_discard,
+)
 from actlab.runner.execute import error_headline
 from actlab.runner.experiment import list_experiments
 from actlab.runner.references import reference_summary
 from actlab.runner.report import write_index
+from actlab.runner.rundir import RunDir
 
 UNIT_TIMES = Path(__file__).with_name("unit_times.json")  # committed: a quick run's unit times
 UNIT_TIMES_FILE = "unit_times.json"  # written into OUT by every reproduction
@@ -131,6 +139,8 @@ def reproduce(scale: str, only: list[str] | None, options: RunOptions, echo=prin
     out.mkdir(parents=True, exist_ok=True)
     registered = list_experiments()
     names = ordered_experiments(only)
+    for name in names:  # refused before any experiment starts, not one by one as failures
+        refuse_to_discard(RunDir(out / name / scale), options)
     entries = {name: _new_entry(name, registered[name].description) for name in names}
     runs: dict[str, PreparedRun] = {}
     # One bar for the whole reproduction; one torch thread per unit whatever the worker count,

@@ -91,6 +91,13 @@ class RunDir:
             return None
         return record
 
+    def finished_units(self) -> list[str]:
+        """Ids of the units whose records say they finished (ok or diverged)."""
+        if not self.units_dir.is_dir():
+            return []
+        return [path.stem for path in sorted(self.units_dir.glob("*.json"))
+                if self.finished_unit(path.stem) is not None]
+
     def finished_unit(self, unit_id: str) -> dict[str, Any] | None:
         """The record of ``unit_id`` if it finished (ok or diverged); failed units rerun."""
         record = self.load_unit(unit_id)
