@@ -7,6 +7,7 @@ sleep so that a test can kill a sweep half-way. ``toy-ensemble`` puts all seeds 
 
 from __future__ import annotations
 
+import math
 import multiprocessing
 import os
 import time
@@ -40,6 +41,7 @@ class ToyConfig:
     flag_divergence: bool = True  # False: leave detection to the runner's safety net
     sleep: float = 0.0
     crash_act: str = ""  # units of this activation kill their pool worker (never the main process)
+    nan_metric_act: str = ""  # units of this activation record weight_mean nan halfway, loss finite
 
     def __post_init__(self) -> None:
         if self.lr <= 0:
@@ -63,7 +65,8 @@ def train_toy(config: ToyConfig, act: str, seed: int, result: UnitResult, run: s
     for step in range(config.steps):
         loss = ((phi(x @ w1) @ w2 - y) ** 2).mean()
         result.add(run, seed, step, "", "loss", loss.item())
-        result.add(run, seed, step, "w1", "weight_mean", w1.mean().item())
+        broken = act == config.nan_metric_act and step == config.steps // 2
+        result.add(run, seed, step, "w1", "weight_mean", math.nan if broken else w1.mean().item())
         if not torch.isfinite(loss):
             return False
         g1, g2 = torch.autograd.grad(loss, (w1, w2))

@@ -18,6 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _meta_harness import META, MetaReads  # noqa: E402
 
 from actlab.errors import ConfigError  # noqa: E402
+from actlab.experiments.dit_common import paired, spread_numbers, within_spread  # noqa: E402
 from actlab.experiments.dit_percentile import DiTPercentileConfig  # noqa: E402
 from actlab.experiments.dit_percentile.claims import claims as percentile_claims  # noqa: E402
 from actlab.experiments.dit_shift import DiTShiftConfig  # noqa: E402
@@ -28,12 +29,9 @@ from actlab.recipes.dit_protocol import (  # noqa: E402
     PAPER_STEPS,
     PAPER_WARMUP,
     detail_ratio,
-    paired,
     scaled_decay,
     scaled_warmup,
-    spread_numbers,
     step_rates,
-    within_spread,
 )
 from actlab.runner.config import build_config  # noqa: E402
 from actlab.runner.driver import RunOptions, run_experiment  # noqa: E402

@@ -125,13 +125,28 @@ def test_runner_marks_non_finite_loss_as_diverged_when_the_experiment_does_not(t
                              RunOptions(out=tmp_path, progress=False))
     assert outcome.ok and len(outcome.diverged) == 1
     record = json.loads(next((outcome.path / "units").glob("*.json")).read_text())
-    assert record["status"] == "diverged" and "non-finite" in record["error"]
+    assert record["status"] == "diverged" and "loss is inf at step" in record["error"]
+
+
+def test_a_non_finite_value_of_any_metric_marks_the_unit_diverged(tmp_path):
+    # the loss stays finite; one weight_mean row is nan: the unit is diverged, the metric,
+    # step, run and seed named, and the other activation's unit stays ok
+    outcome = run_experiment("toy", "quick", {"nan_metric_act": "tanh"}, None, 1,
+                             RunOptions(out=tmp_path, progress=False))
+    assert outcome.ok and len(outcome.diverged) == 1, outcome.diverged
+    records = [json.loads(p.read_text()) for p in (outcome.path / "units").glob("*.json")]
+    status = {r["unit"]["act"]: (r["status"], r["error"]) for r in records}
+    assert status["relu"] == ("ok", None)
+    assert status["tanh"] == ("diverged", "diverged: weight_mean is nan at step 3 "
+                                          "(tanh, seed 0, layer w1)")
 
 
 @pytest.mark.parametrize(
     ("args", "field"),
     [
         (["run", "toy", "--set", "lr=-1"], "lr"),
+        (["run", "toy", "--set", "lr=inf"], "lr"),  # refused as nan is
+        (["run", "toy", "--set", "lr=nan"], "lr"),
         (["run", "toy", "--set", "lrr=0.1"], "lrr"),
         (["run", "toy", "--set", "steps=abc"], "steps"),
         (["run", "toy", "--set", "acts=relu,swish"], "acts"),
@@ -222,3 +237,26 @@ def test_finished_units_are_never_discarded_without_overwrite(tmp_path):
         record = json.loads(path.read_text())
         path.write_text(json.dumps({**record, "status": "failed"}))
     assert toy.invoke("run", "toy", "--quick", "--out", tmp_path).exit_code == 0
+
+
+def test_a_failing_summary_is_one_line_in_the_report_never_a_traceback(tmp_path):
+    outcome = run_experiment("toy-broken-summary", "quick", None, None, 1,
+                             RunOptions(out=tmp_path, progress=False))
+    assert not outcome.ok and "Traceback" in outcome.summary_error  # kept for developers
+    status = json.loads((outcome.path / "status.json").read_text())
+    assert "Traceback" in status["summary_error"]
+    report = (outcome.path / "report.html").read_text()
+    assert "summarize failed: ValueError: summary exploded" in report
+    assert "Traceback" not in report and "<pre>" not in report
+
+
+
+@pytest.mark.parametrize("value", [math.inf, -math.inf, math.nan])
+def test_bounded_fields_refuse_non_finite_values_built_directly(value):
+    # the CLI's parser refuses them first; a config built in Python is checked the same way
+    from actlab.errors import ConfigError
+    from actlab.experiments.dead_units import DeadUnitsConfig
+
+    with pytest.raises(ConfigError, match="lr_large") as err:
+        DeadUnitsConfig(lr_large=value)
+    assert err.value.field == "lr_large"

@@ -67,8 +67,8 @@ def _convert(name: str, value: Any, annotation: Any) -> Any:
             number = float(value)
         except (TypeError, ValueError):
             raise ConfigError(name, f"expected a number, got {value!r}") from None
-        if math.isnan(number):
-            raise ConfigError(name, "must not be nan")
+        if not math.isfinite(number):  # nan and ±inf alike: no setting means "infinite"
+            raise ConfigError(name, f"must be a finite number, got {value!r}")
         return number
     if annotation is str:
         return str(value)

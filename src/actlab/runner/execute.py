@@ -1,9 +1,9 @@
 """Running one unit of work, in this process, a pool worker or a Ray task.
 
 :func:`execute_unit` never raises for a problem of the experiment: an exception becomes a
-``failed`` record with its traceback, and a non-finite loss (any metric whose name ends in
-``loss``) turns an ``ok`` result into ``diverged``. The record is a plain dict that the
-parent saves as ``units/<id>.json``.
+``failed`` record with its traceback, and a non-finite value of any recorded metric turns an
+``ok`` result into ``diverged`` (the metric, step, run and seed named). The record is a plain
+dict that the parent saves as ``units/<id>.json``.
 """
 
 from __future__ import annotations
@@ -82,16 +82,14 @@ def _progress(quiet: bool):
     return lambda it, **kw: tqdm(it, leave=False, **kw)
 
 
-def _loss_diverged(rows: list[tuple]) -> bool:
-    for row in rows:
-        metric, value = row[4], row[5]
-        if str(metric).endswith("loss"):
-            try:
-                if not math.isfinite(float(value)):
-                    return True
-            except (TypeError, ValueError):
-                continue
-    return False
+def first_non_finite(rows: list[list]) -> str | None:
+    """Where the first non-finite value of ``rows`` (normalised rows) was recorded, e.g.
+    ``"cost is nan at step 12 (relu-lr4, seed 0)"``; None when every value is finite."""
+    for run, seed, step, layer, metric, value in rows:
+        if not math.isfinite(value):
+            where = f"{run}, seed {seed}" + (f", layer {layer}" if layer else "")
+            return f"{metric} is {value} at step {step} ({where})"
+    return None
 
 
 def _normalise_rows(rows: list, seeds: list[int]) -> list[list]:
@@ -153,9 +151,10 @@ def execute_unit(task: UnitTask, config: Any = None) -> dict[str, Any]:
         record["data"] = to_jsonable(result.data)
         record["status"] = result.status
         record["error"] = result.error
-        if result.status == STATUS_OK and _loss_diverged(record["rows"]):
+        non_finite = first_non_finite(record["rows"])
+        if result.status == STATUS_OK and non_finite:  # whatever the metric is called
             record["status"] = STATUS_DIVERGED
-            record["error"] = "non-finite loss in the recorded rows"
+            record["error"] = f"diverged: {non_finite}"
     except BaseException as exc:  # noqa: BLE001 - a failing unit is data, not a crash
         if isinstance(exc, KeyboardInterrupt):
             raise

@@ -101,8 +101,8 @@ def _has_bounds(check: FieldCheck) -> bool:
 
 
 def _within(check: FieldCheck, x: Any) -> bool:
-    if isinstance(x, bool) or not isinstance(x, (int, float)) or math.isnan(x):
-        return False
+    if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x):
+        return False  # nan and ±inf are outside every bound
     return ((check.ge is None or x >= check.ge) and (check.gt is None or x > check.gt)
             and (check.le is None or x <= check.le) and (check.lt is None or x < check.lt))
 

@@ -259,10 +259,10 @@ def write_report(run_dir: str | Path) -> Path:
                            "config.json", "env.json", "status.json"])
         + "</p>"
     )
-    if status.get("summary_error"):
+    if status.get("summary_error"):  # one line; the traceback stays in status.json
         parts.append(
-            f'<p class="bad">summarize failed: {_e(error_headline(status["summary_error"]))}</p>'
-            f"<pre>{_e(status['summary_error'])}</pre>"
+            f'<p class="bad">summarize failed: {_e(error_headline(status["summary_error"]))} '
+            "(the traceback is in status.json)</p>"
         )
     if status.get("failed"):
         parts.append(f'<p class="bad">{len(status["failed"])} unit(s) failed.</p>')

@@ -21,9 +21,11 @@ def build_summary(config: DeadUnitsConfig, table) -> dict:
     summary: dict = {"seeds": seeds, "epochs": config.epochs, "shallow": {}}
 
     def per_seed(run: str, metric: str, step: int) -> list[float]:
+        """``metric`` at ``step`` per seed; nan where the run stopped before it (diverged)."""
         sel = table[(table["run"] == run) & (table["metric"] == metric)
                     & (table["step"] == step) & (table["layer"] == "")]
-        return [float(sel[sel["seed"] == s]["value"].iloc[0]) for s in seeds]
+        values = [sel[sel["seed"] == s]["value"] for s in seeds]
+        return [float(v.iloc[0]) if len(v) else float("nan") for v in values]
 
     for run in SHALLOW_RUNS:
         entry = {
