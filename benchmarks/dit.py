@@ -1,10 +1,10 @@
 """DiT speed: a training step and DDIM sampling, against the fp32 matmul rate of the same run.
 
 Measured, for the DiT of :mod:`actlab.nn.dit` and the diffusion of
-:mod:`actlab.recipes.diffusion` (linear schedule, T = 1000, learned variance):
+:mod:`actlab.diffusion` (linear schedule, T = 1000, learned variance):
 
 * ``train_*``: one training step, forward + backward + ``torch.optim.AdamW`` update, of
-  :func:`~actlab.recipes.diffusion.diffusion_loss` (ε-MSE plus the VLB term) on a batch of
+  :func:`~actlab.diffusion.diffusion_loss` (ε-MSE plus the VLB term) on a batch of
   random inputs with labels: ms per step, images/s, achieved GFLOP/s and its fraction of
   the fp32 matmul rate. FLOPs per step are ``3 x flops_per_image() x batch``: the forward
   count of :meth:`~actlab.nn.dit.DiT.flops_per_image` (a multiply-add is 2 FLOPs) and a
@@ -16,7 +16,7 @@ Measured, for the DiT of :mod:`actlab.nn.dit` and the diffusion of
   ``--repeats`` calls, the device synchronised around each). Training steps and matmuls
   alternate in ``--rounds`` rounds and each round's fraction uses that round's matmul, so
   load from other processes hits both alike; the medians over rounds are reported.
-* ``ddim{K}_*``: :func:`~actlab.recipes.diffusion.ddim_sample` with K steps on
+* ``ddim{K}_*``: :func:`~actlab.diffusion.ddim_sample` with K steps on
   ``--sample-batch`` images, ms per image, without guidance (one forward per step) and with
   classifier-free guidance at ``--cfg-scale`` (conditional and null-class passes in one
   batch of twice the size); ``cfg_over_unguided`` is their ratio (about 2 when the model
@@ -44,7 +44,7 @@ from collections.abc import Callable
 import torch
 
 from actlab.nn.dit import DIT_CONFIGS, DiT, DiTConfig, dit_config
-from actlab.recipes.diffusion import GaussianDiffusion, ddim_sample, diffusion_loss
+from actlab.diffusion import GaussianDiffusion, ddim_sample, diffusion_loss
 from actlab.train.loop import median_seconds
 
 CPU_CONFIG = {"input_size": 16, "patch_size": 2, "in_channels": 1, "hidden_size": 128,

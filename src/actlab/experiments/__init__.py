@@ -4,5 +4,6 @@
 A package holds ``__init__.py`` (the config, scales, units and ``run_unit`` calling a recipe
 of :mod:`actlab.recipes`), ``summary.py`` (the table read into ``summary.json``),
 ``claims.py`` (the claims judged on the summary) and, where it draws, ``figures.py``. The
-runner discovers the packages; no module lives directly in this folder.
+runner discovers the packages; a module directly in this folder is the shared part of a
+family of experiments (``dit_common``: the summaries and figures of the DiT pair).
 """

@@ -12,5 +12,9 @@ their own.
 - :mod:`~actlab.recipes.autoencoder`: the VGG-style autoencoder and its bias-component
   measurements.
 - :mod:`~actlab.recipes.drift_mlp`: a bias-free MLP trained with its weight drift recorded.
-- :mod:`~actlab.recipes.diffusion`: DiT training, sampling and FID.
+- :mod:`~actlab.recipes.diffusion`: training a diffusion model (``DiffusionLoss``,
+  ``train_diffusion``); the process and samplers are :mod:`actlab.diffusion`.
+- :mod:`~actlab.recipes.dit_protocol`: one condition of the DiT experiments trained and
+  measured (``train_condition``); its config, data and model in
+  :mod:`~actlab.recipes.dit_setup`.
 """

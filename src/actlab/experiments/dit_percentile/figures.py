@@ -9,14 +9,14 @@ import numpy as np
 import pandas as pd
 
 from actlab import analysis
-from actlab.experiments.dit_percentile.summary import PREFIX, conditions
-from actlab.recipes.dit_protocol import (
+from actlab.experiments.dit_common import (
     draw_fid_curves,
     draw_hidden_means,
     draw_residuals,
     draw_sample_grids,
     model_depth,
 )
+from actlab.experiments.dit_percentile.summary import PREFIX, conditions
 from actlab.runner.experiment import RunContext
 
 if TYPE_CHECKING:

@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from actlab import analysis
-from actlab.recipes.dit_protocol import (
+from actlab.experiments.dit_common import (
     FID,
     IS,
     condition_summary,

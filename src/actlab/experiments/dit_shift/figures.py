@@ -6,14 +6,14 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from actlab.experiments.dit_shift.summary import CONDITIONS, PREFIX
-from actlab.recipes.dit_protocol import (
+from actlab.experiments.dit_common import (
     draw_fid_curves,
     draw_hidden_means,
     draw_residuals,
     draw_sample_grids,
     model_depth,
 )
+from actlab.experiments.dit_shift.summary import CONDITIONS, PREFIX
 from actlab.runner.experiment import RunContext
 
 if TYPE_CHECKING:

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from actlab import analysis
-from actlab.recipes.dit_protocol import (
+from actlab.experiments.dit_common import (
     FID,
     condition_summary,
     model_depth,
