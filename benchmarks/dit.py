@@ -43,9 +43,9 @@ from collections.abc import Callable
 
 import torch
 
-from actlab.nn.dit import DIT_CONFIGS, DiT, DiTConfig, dit_config
 from actlab.diffusion import GaussianDiffusion, ddim_sample, diffusion_loss
-from actlab.train.loop import median_seconds
+from actlab.nn.dit import DIT_CONFIGS, DiT, DiTConfig, dit_config
+from actlab.train.timing import median_seconds
 
 CPU_CONFIG = {"input_size": 16, "patch_size": 2, "in_channels": 1, "hidden_size": 128,
               "depth": 4, "num_heads": 4, "num_classes": 10}

@@ -37,8 +37,9 @@ import torch
 
 from actlab.nn.gpt import GPT
 from actlab.recipes.language_model import LMScale
-from actlab.train.loop import make_engine_optimizer, median_seconds
+from actlab.train.loop import make_engine_optimizer
 from actlab.train.muon import NS_DTYPES
+from actlab.train.timing import median_seconds
 
 SCALES: dict[str, dict[str, int]] = {
     "quick": {"n_layer": 2, "n_embd": 64, "block_size": 64, "batch_size": 16},

@@ -37,7 +37,7 @@ from actlab.nn.gpt import GPT, GPTConfig
 from actlab.nn.residual_mlp import ResidualMLP
 from actlab.train.ensemble import Ensemble, EnsembleTrainer, count_step_flops
 from actlab.train.functional_optim import FunctionalAdam
-from actlab.train.loop import median_seconds
+from actlab.train.timing import median_seconds
 
 
 def _peak_reset(device: torch.device) -> None:

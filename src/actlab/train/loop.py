@@ -28,12 +28,16 @@ same update as one.
   callback states and tensors) every ``checkpoint_every`` steps and at the end;
   ``Trainer.fit(resume=True)`` continues from it and ends with the same parameters and
   callback states as an uninterrupted run.
+
+The checkpoint file is :mod:`actlab.train.checkpoint`'s, the loss convention
+:mod:`actlab.train.loss_fn`'s, and the step timing (:func:`measure_step`,
+:func:`median_seconds`) :mod:`actlab.train.timing`'s; those names are importable from here
+too, as before they moved.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import math
 import os
 import time
@@ -47,18 +51,17 @@ from torch import Tensor, nn
 
 from actlab.errors import ConfigError
 from actlab.train.callbacks import Callback, DivergenceStop, EveryStep, fire
+from actlab.train.checkpoint import CHECKPOINT_NAME, load_checkpoint, save_checkpoint
 from actlab.train.distributed import DistInfo, all_reduce_mean, shard, unwrap_model
+from actlab.train.loss_fn import Batch, LossFn, default_loss
 from actlab.train.muon import MUON, muon_split
 from actlab.train.optim import optimizer_for
 from actlab.train.placement import resolve_device
 from actlab.train.settings import DTYPES, SCHEDULES, TrainSettings, choose  # noqa: F401
+from actlab.train.timing import measure_step, median_seconds  # noqa: F401  (as before)
 
 STATUS_OK = "ok"
 STATUS_DIVERGED = "diverged"
-CHECKPOINT_NAME = "last.safetensors"
-
-Batch = tuple[Tensor, ...]
-LossFn = Callable[[nn.Module, Batch], Tensor]
 
 
 @dataclass
@@ -131,11 +134,6 @@ def make_engine_optimizer(model: nn.Module, config: TrainSettings) -> Any:
                   {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
     return optimizer_for(config, params)
 
-
-def default_loss(model: nn.Module, batch: Batch) -> Tensor:
-    """Loss of a language model called as ``model(x, targets=y)`` returning ``(logits, loss)``."""
-    x, y = batch
-    return model(x, targets=y)[1]
 
 
 @dataclass
@@ -371,153 +369,3 @@ class Trainer:
 
 def _report_dtype(loss: Tensor) -> torch.dtype:
     return torch.float64 if loss.dtype == torch.float64 else torch.float32
-
-
-def save_checkpoint(path: str | os.PathLike, model: nn.Module,
-                    optimizer: torch.optim.Optimizer | None = None, step: int = 0,
-                    extra: dict[str, Any] | None = None,
-                    extra_tensors: dict[str, Tensor] | None = None) -> None:
-    """Save model and optimizer tensors to a safetensors file; the rest goes in its metadata.
-
-    Keys: ``model.<name>`` (tied weights are stored once per name), ``optim.<i>.<key>``
-    for tensor optimizer state, ``rng.cpu`` for the CPU generator state and
-    ``extra.<key>`` for ``extra_tensors`` (e.g. callback tensors).
-    """
-    from safetensors.torch import save_file
-
-    tensors: dict[str, Tensor] = {}
-    for name, value in model.state_dict().items():
-        tensors[f"model.{name}"] = value.detach().cpu().contiguous().clone()
-    scalars: dict[str, dict[str, Any]] = {}
-    groups: list[dict[str, Any]] = []
-    if optimizer is not None:
-        state = optimizer.state_dict()
-        for index, entries in state["state"].items():
-            for key, value in entries.items():
-                if isinstance(value, Tensor):
-                    tensors[f"optim.{index}.{key}"] = value.detach().cpu().contiguous().clone()
-                else:
-                    scalars.setdefault(str(index), {})[key] = value
-        groups = state["param_groups"]
-    for key, value in (extra_tensors or {}).items():
-        tensors[f"extra.{key}"] = value.detach().cpu().contiguous().clone()
-    tensors["rng.cpu"] = torch.get_rng_state()
-    metadata = {"format": "actlab-trainer-1", "step": str(int(step)),
-                "param_groups": json.dumps(groups), "optim_scalars": json.dumps(scalars),
-                "extra": json.dumps(extra or {})}
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    save_file(tensors, str(tmp), metadata=metadata)
-    os.replace(tmp, path)
-
-
-def load_checkpoint(path: str | os.PathLike, model: nn.Module,
-                    optimizer: torch.optim.Optimizer | None = None,
-                    device: torch.device | str = "cpu") -> dict[str, Any]:
-    """Load a file written by :func:`save_checkpoint` into ``model`` (and ``optimizer``).
-
-    Returns the metadata and the extra tensors: ``{"step": int, "extra": dict,
-    "tensors": dict}`` (``tensors`` holds the ``extra_tensors`` of :func:`save_checkpoint`).
-    """
-    from safetensors import safe_open
-    from safetensors.torch import load_file
-
-    tensors = load_file(str(path))
-    with safe_open(str(path), framework="pt") as handle:
-        metadata = handle.metadata() or {}
-    if metadata.get("format") != "actlab-trainer-1":
-        raise ValueError(f"{path} is not an actlab trainer checkpoint")
-    model_state = {k[len("model."):]: v for k, v in tensors.items() if k.startswith("model.")}
-    model.load_state_dict(model_state)
-    if optimizer is not None:
-        state: dict[int, dict[str, Any]] = {}
-        for key, value in tensors.items():
-            if key.startswith("optim."):
-                _, index, name = key.split(".", 2)
-                # AdamW keeps its step count on the CPU; moments live with the parameters
-                state.setdefault(int(index), {})[name] = value if name == "step" else value.to(device)
-        for index, entries in json.loads(metadata["optim_scalars"]).items():
-            state.setdefault(int(index), {}).update(entries)
-        optimizer.load_state_dict({"state": state,
-                                   "param_groups": json.loads(metadata["param_groups"])})
-    if "rng.cpu" in tensors:
-        torch.set_rng_state(tensors["rng.cpu"])
-    extra_tensors = {k[len("extra."):]: v for k, v in tensors.items() if k.startswith("extra.")}
-    return {"step": int(metadata["step"]), "extra": json.loads(metadata.get("extra", "{}")),
-            "tensors": extra_tensors}
-
-
-def measure_step(model: nn.Module, batch: Batch, loss_fn: LossFn = default_loss, *,
-                 dtype: str = "float32", repeats: int = 5, warmup: int = 2) -> dict[str, float]:
-    """Throughput and memory of one training step (forward, backward, AdamW update).
-
-    ``tokens_per_s``: ``batch[0].numel()`` over the median wall time of ``repeats`` steps
-    after ``warmup`` untimed ones. ``peak_bytes``: on CUDA the allocator's peak during a step;
-    on CPU (no allocator statistics) parameters + gradients + AdamW's two moments plus the
-    bytes of every distinct tensor autograd saves for backward (counted with
-    ``torch.autograd.graph.saved_tensors_hooks``). The model is trained by these steps:
-    pass a copy if it matters.
-    """
-    choose("dtype", dtype, DTYPES)
-    device = next(model.parameters()).device
-    if dtype == "float64":
-        model.to(dtype=torch.float64)
-    batch = tuple(t.to(device) for t in batch)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-6)
-    autocast = (torch.autocast(device.type, dtype=torch.bfloat16) if dtype == "bfloat16"
-                else contextlib.nullcontext())
-
-    def one_step() -> None:
-        with autocast:
-            loss = loss_fn(model, batch)
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-
-    step_seconds = median_seconds(one_step, device, repeats, warmup)
-    tokens_per_s = batch[0].numel() / step_seconds
-
-    if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(device)
-        one_step()
-        peak = float(torch.cuda.max_memory_allocated(device))
-    else:
-        saved: dict[tuple[int, int], int] = {}
-        weights = {p.untyped_storage().data_ptr() for p in model.parameters()}
-
-        def pack(t: Tensor) -> Tensor:
-            storage = t.untyped_storage()
-            if storage.data_ptr() not in weights:  # parameters are counted once, below
-                saved[(storage.data_ptr(), storage.nbytes())] = storage.nbytes()
-            return t
-
-        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), autocast:
-            loss = loss_fn(model, batch)
-        loss.backward()
-        optimizer.zero_grad(set_to_none=True)
-        param_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
-        peak = float(4 * param_bytes + sum(saved.values()))
-    return {"tokens_per_s": tokens_per_s, "peak_bytes": peak, "step_seconds": step_seconds}
-
-
-def median_seconds(fn: Callable[[], Any], device: torch.device, repeats: int = 5,
-                   warmup: int = 2) -> float:
-    """Median wall seconds of ``fn()`` over ``repeats`` calls after ``warmup`` untimed ones,
-    the device synchronised around each call (so CUDA work is inside the timing)."""
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(repeats):
-        _sync(device)
-        begin = time.perf_counter()
-        fn()
-        _sync(device)
-        times.append(time.perf_counter() - begin)
-    times.sort()
-    return times[len(times) // 2]
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)

@@ -11,20 +11,29 @@ Example::
     clock.stamp()                       # before the first step
     train(model, x, y, settings, generator=g, callbacks=[clock.callback()])  # a stamp per step
     seconds = clock.intervals()         # one value per step
+
+:func:`median_seconds` times a call with the device synchronised around it, and
+:func:`measure_step` gives the throughput and memory of one training step.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import torch
+from torch import Tensor, nn
 
 from actlab.train.callbacks import Callback
+from actlab.train.loss_fn import Batch, LossFn, default_loss
 from actlab.train.placement import resolve_device
+from actlab.train.settings import DTYPES, choose
 
-__all__ = ["BLOCK", "StepClock", "throughput"]
+__all__ = ["BLOCK", "StepClock", "measure_step", "median_seconds", "throughput"]
 
 BLOCK = 5  # steps per timed block, as benchmarks/percentile.py's inner loop
 
@@ -99,3 +108,78 @@ def throughput(step_times: np.ndarray, block: int = BLOCK) -> tuple[float, float
         return rate, math.nan
     first, second = 1.0 / np.median(blocks[:half]), 1.0 / np.median(blocks[half:])
     return rate, float(abs(first - second) / (first + second))
+
+
+def measure_step(model: nn.Module, batch: Batch, loss_fn: LossFn = default_loss, *,
+                 dtype: str = "float32", repeats: int = 5, warmup: int = 2) -> dict[str, float]:
+    """Throughput and memory of one training step (forward, backward, AdamW update).
+
+    ``tokens_per_s``: ``batch[0].numel()`` over the median wall time of ``repeats`` steps
+    after ``warmup`` untimed ones. ``peak_bytes``: on CUDA the allocator's peak during a step;
+    on CPU (no allocator statistics) parameters + gradients + AdamW's two moments plus the
+    bytes of every distinct tensor autograd saves for backward (counted with
+    ``torch.autograd.graph.saved_tensors_hooks``). The model is trained by these steps:
+    pass a copy if it matters.
+    """
+    choose("dtype", dtype, DTYPES)
+    device = next(model.parameters()).device
+    if dtype == "float64":
+        model.to(dtype=torch.float64)
+    batch = tuple(t.to(device) for t in batch)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-6)
+    autocast = (torch.autocast(device.type, dtype=torch.bfloat16) if dtype == "bfloat16"
+                else contextlib.nullcontext())
+
+    def one_step() -> None:
+        with autocast:
+            loss = loss_fn(model, batch)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    step_seconds = median_seconds(one_step, device, repeats, warmup)
+    tokens_per_s = batch[0].numel() / step_seconds
+
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+        one_step()
+        peak = float(torch.cuda.max_memory_allocated(device))
+    else:
+        saved: dict[tuple[int, int], int] = {}
+        weights = {p.untyped_storage().data_ptr() for p in model.parameters()}
+
+        def pack(t: Tensor) -> Tensor:
+            storage = t.untyped_storage()
+            if storage.data_ptr() not in weights:  # parameters are counted once, below
+                saved[(storage.data_ptr(), storage.nbytes())] = storage.nbytes()
+            return t
+
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), autocast:
+            loss = loss_fn(model, batch)
+        loss.backward()
+        optimizer.zero_grad(set_to_none=True)
+        param_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+        peak = float(4 * param_bytes + sum(saved.values()))
+    return {"tokens_per_s": tokens_per_s, "peak_bytes": peak, "step_seconds": step_seconds}
+
+
+def median_seconds(fn: Callable[[], Any], device: torch.device, repeats: int = 5,
+                   warmup: int = 2) -> float:
+    """Median wall seconds of ``fn()`` over ``repeats`` calls after ``warmup`` untimed ones,
+    the device synchronised around each call (so CUDA work is inside the timing)."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeats):
+        _sync(device)
+        begin = time.perf_counter()
+        fn()
+        _sync(device)
+        times.append(time.perf_counter() - begin)
+    times.sort()
+    return times[len(times) // 2]
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)

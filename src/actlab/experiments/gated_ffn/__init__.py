@@ -41,8 +41,8 @@ from actlab.runner.experiment import (
     register,
 )
 from actlab.runner.fields import checked
-from actlab.train.loop import measure_step
 from actlab.train.supervised import torch_threads
+from actlab.train.timing import measure_step
 
 VARIANTS = ["relu", "gelu", "reglu", "geglu", "swiglu"]
 
