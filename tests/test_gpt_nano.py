@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from unittest import mock
 
+import numpy as np
 import pytest
 import torch
 from torch import nn
@@ -114,14 +115,37 @@ def test_set_model_gpt_nano_builds_the_papers_model_walked_on_meta() -> None:
     assert other.num_params() == 50_257 * d + layers * (2 * d + 12 * d * d) + d
 
 
-def test_model_preset_and_vocabulary_checks() -> None:
+def test_model_preset_and_vocabulary_checks(tmp_path) -> None:
     with pytest.raises(ConfigError, match="must be one of custom, gpt-nano") as err:
         LMScale(model="gpt-2")
     assert err.value.field == "model"
     with pytest.raises(ConfigError, match=">= 256") as err:
         LMScale(vocab_size=100)
     assert err.value.field == "vocab_size"
-    assert LMScale(vocab_size=100, data="shards:somewhere").vocab_size == 100
+    from actlab.data.shards import write_shard
+
+    for split in ("train", "val"):
+        write_shard(tmp_path / f"{split}_000.bin", np.arange(50))
+    assert LMScale(vocab_size=100, data=f"shards:{tmp_path}").vocab_size == 100
+
+
+@pytest.mark.parametrize("make, why", [
+    (lambda root: root / "missing", "no such text file or folder"),
+    (lambda root: (root / "empty.txt").write_text("") and None or root / "empty.txt", "is empty"),
+    (lambda root: (root / "none").mkdir() or root / "none", "no non-empty files"),
+    (lambda root: f"shards:{root / 'missing'}", "no such shard folder"),
+    (lambda root: (root / "s").mkdir() or f"shards:{root / 's'}", "train"),
+])
+def test_a_bad_data_path_is_refused_before_any_unit_runs(tmp_path, make, why) -> None:
+    from actlab.runner.driver import RunOptions, prepare_run
+
+    data = str(make(tmp_path))
+    with pytest.raises(ConfigError, match=why) as err:
+        LMScale(data=data)
+    assert err.value.field == "data"
+    with pytest.raises(ConfigError, match=why):  # at planning: no run directory is made
+        prepare_run("lm-shift", "quick", {"data": data}, options=RunOptions(out=tmp_path / "runs"))
+    assert not (tmp_path / "runs").exists()
 
 
 def test_rotary_attention_depends_on_relative_positions_only() -> None:

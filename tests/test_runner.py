@@ -260,3 +260,15 @@ def test_bounded_fields_refuse_non_finite_values_built_directly(value):
     with pytest.raises(ConfigError, match="lr_large") as err:
         DeadUnitsConfig(lr_large=value)
     assert err.value.field == "lr_large"
+
+
+@pytest.mark.parametrize("name", ["summary.json", "metrics.csv", "config.json", "claims.json",
+                                  "status.json"])
+def test_a_truncated_run_file_is_named_in_one_line(tmp_path, name):
+    assert toy.invoke("run", "toy", "--quick", "--out", tmp_path).exit_code == 0
+    path = tmp_path / "toy" / "quick" / name
+    text = path.read_text()
+    path.write_text(text[: text.rindex(",", 0, len(text) // 2) + 1])  # cut inside a row
+    result = toy.invoke("report", tmp_path / "toy" / "quick")
+    assert result.exit_code == 2 and result.stderr.count("\n") == 1, result.output
+    assert str(path) in result.stderr and "truncated" in result.stderr

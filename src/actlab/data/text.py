@@ -139,6 +139,28 @@ def is_shards(source: str) -> bool:
     return source.startswith("shards:")
 
 
+def check_corpus_source(source: str) -> None:
+    """Refuse a corpus source that cannot load, before any training starts: a missing path,
+    an empty file, a folder without files, a shard folder without train and val shards
+    (``FileNotFoundError`` / ``ValueError`` naming the path). Cheap: nothing is read."""
+    if source == "stdlib":
+        return
+    if is_shards(source):
+        from actlab.data.shards import split_files
+
+        split_files(source[len("shards:"):])
+        return
+    path = Path(source).expanduser()
+    if path.is_file():
+        if path.stat().st_size == 0:
+            raise ValueError(f"text file {path} is empty")
+        return
+    if not path.is_dir():
+        raise FileNotFoundError(f"no such text file or folder: {path}")
+    if not any(p.stat().st_size for p in _walk(path, "*", {"__pycache__"})):
+        raise ValueError(f"no non-empty files under {path}")
+
+
 def load_corpus(source: str, cache: str | os.PathLike | None = None,
                 val_fraction: float = 0.1, vocab_size: int | None = None) -> TextCorpus:
     """``"stdlib"`` for the standard library, ``"shards:DIR"`` for token shards (their own

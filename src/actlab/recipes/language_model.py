@@ -49,7 +49,14 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from actlab.data.text import BYTE_VOCAB, TextCorpus, is_shards, load_corpus, sample_batch
+from actlab.data.text import (
+    BYTE_VOCAB,
+    TextCorpus,
+    check_corpus_source,
+    is_shards,
+    load_corpus,
+    sample_batch,
+)
 from actlab.errors import ConfigError
 from actlab.nn.gpt import GPT, GPTConfig
 from actlab.probe.forward import default_forward
@@ -216,6 +223,10 @@ class LMScale(CheckedConfig):
         if not is_shards(self.data) and self.vocab_size < BYTE_VOCAB:
             raise ConfigError("vocab_size", f"byte-level text needs >= {BYTE_VOCAB}, got "
                                             f"{self.vocab_size}")
+        try:  # before any unit runs, not inside each
+            check_corpus_source(self.data)
+        except (OSError, ValueError) as exc:
+            raise ConfigError("data", str(exc)) from None
         self.model_config()
         self.train_config()
 

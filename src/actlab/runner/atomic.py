@@ -71,6 +71,11 @@ def atomic_write_json(path: str | os.PathLike, value: Any, indent: int | None = 
 
 
 def read_json(path: str | os.PathLike) -> Any:
-    """Read a JSON file written by :func:`atomic_write_json`."""
+    """Read a JSON file written by :func:`atomic_write_json`; a file that is not valid JSON
+    (truncated, edited) raises ``ValueError`` naming the file and where it breaks."""
     with open(path, encoding="utf-8") as handle:
-        return json.load(handle)
+        try:
+            return json.load(handle)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{path}: not valid JSON at line {exc.lineno}, column {exc.colno} "
+                             f"({exc.msg}): the file is truncated or was edited") from None

@@ -14,6 +14,7 @@ from urllib.parse import quote
 
 from actlab.runner.atomic import atomic_write_text, read_json
 from actlab.runner.execute import error_headline
+from actlab.runner.experiment import METRIC_COLUMNS
 from actlab.runner.references import reference_held, reference_summary, reference_text
 from actlab.runner.sinks import flatten
 
@@ -146,12 +147,22 @@ def _final_values(run_dir: Path) -> str:
         return "<p>No metrics table.</p>"
     import pandas as pd
 
-    frame = pd.read_csv(
-        path, dtype={"run": str, "layer": str, "metric": str, "value": str}, keep_default_na=False
-    )
-    if frame.empty:
-        return "<p>The metrics table is empty.</p>"
-    frame["value"] = frame["value"].astype(float)
+    try:
+        frame = pd.read_csv(
+            path, dtype={"run": str, "layer": str, "metric": str, "value": str},
+            keep_default_na=False,
+        )
+        if frame.empty:
+            return "<p>The metrics table is empty.</p>"
+        missing = [c for c in METRIC_COLUMNS if c not in frame.columns]
+        if missing:
+            raise ValueError(f"no column {', '.join(missing)}")
+        frame["value"] = frame["value"].astype(float)
+        frame["step"] = frame["step"].astype("int64")
+    except (ValueError, pd.errors.ParserError) as exc:
+        raise ValueError(f"{path}: not a readable metrics table ({exc}): the file is truncated "
+                         "or was edited; `actlab run ... --resume` rewrites it from the unit "
+                         "records") from None
     keys = ["run", "layer", "metric"]
     last_step = frame.groupby(keys, sort=True)["step"].transform("max")
     final = frame[frame["step"] == last_step]
