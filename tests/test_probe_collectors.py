@@ -122,7 +122,7 @@ def test_measure_once_matches_brute_force_and_restores_mode() -> None:
     table = actlab.measure_once(model, batches, eval_mode=True,
                                 metrics=["preact_neg_frac", "act_mean", "sparsity",
                                          "saturation_frac", "down_input_range"],
-                                modules=["2", "4"])
+                                input_modules=["2", "4"])
     assert model.training  # restored
     v = {(r.layer, r.metric): r.value for r in table.itertuples()}
     for site in ("1", "3"):
@@ -145,7 +145,8 @@ def test_measure_once_matches_brute_force_and_restores_mode() -> None:
 def test_input_row_sum_is_the_mean_row_sum_pooled_over_batches_of_any_size() -> None:
     model = _mlp()
     batches = [torch.randn(6, 5), torch.randn(4, 5)]
-    table = actlab.measure_once(model, batches, metrics=["input_row_sum"], modules=["2", "4"])
+    table = actlab.measure_once(model, batches, metrics=["input_row_sum"],
+                                input_modules=["2", "4"])
     v = {(r.layer, r.metric): r.value for r in table.itertuples()}
     for name in ("2", "4"):
         rows = torch.cat([x for x, _ in _capture(model, model[int(name)], batches)]).double()

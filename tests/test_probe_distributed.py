@@ -50,7 +50,7 @@ def _data() -> list[tuple[torch.Tensor, torch.Tensor]]:
 
 
 def _probe(model: nn.Module) -> Probe:
-    return Probe(model, every=1, metrics=available_metrics(), blocks=BLOCKS, inputs=INPUTS, histograms=6,
+    return Probe(model, every=1, metrics=available_metrics(), blocks=BLOCKS, input_modules=INPUTS, histograms=6,
                  hist_range=(-2.0, 2.0))
 
 
@@ -201,7 +201,7 @@ def _session_worker(rank: int, init: str, out: str) -> None:
         from actlab.integrations._session import ProbeSession
 
         model = nn.parallel.DistributedDataParallel(_model())
-        session = ProbeSession(every=1, metrics=None, sites=None, curvature=None,
+        session = ProbeSession(every=1, metrics=None, activations=None, curvature=None,
                                probe_kwargs={"weights": None})
         session.begin(model)
         half = BATCH // WORLD

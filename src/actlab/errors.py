@@ -3,16 +3,21 @@
 The input errors derive from ``ValueError`` so callers can catch bad input generically;
 :class:`ShiftNotCalibratedError` is a ``RuntimeError`` (a model used before a step it needs).
 :func:`did_you_mean` is the one "did you mean" hint for every name lookup;
-:func:`config_check` turns any checker's ``ValueError`` into a :class:`ConfigError`.
+:func:`config_check` turns any checker's ``ValueError`` into a :class:`ConfigError`;
+:func:`renamed_keywords` keeps a renamed keyword argument working for one release, with a
+``DeprecationWarning`` that names the new one.
 """
 
 from __future__ import annotations
 
 import difflib
+import functools
+import warnings
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
 T = TypeVar("T")
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 class SpecError(ValueError):
@@ -66,3 +71,34 @@ def did_you_mean(word: str, choices: Iterable[str], *, n: int = 3, cutoff: float
     if fallback and valid:
         return f"{prefix}valid: {', '.join(map(show, sorted(valid)))}{suffix}"
     return ""
+
+
+def renamed_keywords(**renames: str) -> Callable[[F], F]:
+    """Decorator: keyword arguments renamed in the public API (``old="new"``) still work for
+    one release.
+
+    A call that passes ``old=`` gets a ``DeprecationWarning`` naming ``new=`` (pointing at
+    the caller) and runs exactly as if it had passed ``new=``; passing both is a
+    ``TypeError``. On ``__init__`` the warning names the class.
+    """
+
+    def decorate(fn: F) -> F:
+        what = fn.__qualname__.rsplit("<locals>.", 1)[-1].removesuffix(".__init__")
+
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            for old, new in renames.items():
+                if old not in kwargs:
+                    continue
+                if new in kwargs:
+                    raise TypeError(f"{what}() got {old}= and {new}=: {old}= is the old name "
+                                    f"of {new}=, pass {new}= only")
+                warnings.warn(f"{what}(): the keyword {old}= is renamed {new}=; {old}= still "
+                              f"works in this release and will be removed in the next",
+                              DeprecationWarning, stacklevel=2)
+                kwargs[new] = kwargs.pop(old)
+            return fn(*args, **kwargs)
+
+        return wrapper  # type: ignore[return-value]
+
+    return decorate

@@ -2,7 +2,7 @@
 
 ::
 
-    result = actlab.profile_model(model, inputs)   # inputs: an iterable of batches
+    result = actlab.profile_model(model, batches)  # batches: an iterable of model inputs
     result.table()                                  # tidy frame: layer, metric, value
     result.write("profile/")                        # report.html and summary.json
 
@@ -39,6 +39,7 @@ from typing import Any
 import pandas as pd
 from torch import Tensor, nn
 
+from actlab.errors import renamed_keywords
 from actlab.hf import THRESHOLDS, mlp_layout, mlp_sites
 from actlab.probe.measure import measure_once
 
@@ -107,19 +108,25 @@ class ProfileResult:
         return float(hit["value"].iloc[0]) if len(hit) else None
 
 
-def profile_model(model: nn.Module, inputs: Iterable[Any], *, sites: list[str] | None = None,
+@renamed_keywords(inputs="batches", sites="activations")
+def profile_model(model: nn.Module, batches: Iterable[Any], *,
+                  activations: list[str] | None = None,
                   forward: Callable[[Any], Any] | None = None, eval_mode: bool = True,
                   eps: float = 1e-7) -> ProfileResult:
-    """Profile the MLPs and blocks of any ``nn.Module`` over ``inputs`` (one batch per item).
+    """Profile the MLPs and blocks of any ``nn.Module`` over ``batches`` (one forward pass
+    per item).
 
-    Sites default to the model's unbounded activation modules (:func:`actlab.hf.mlp_sites`),
-    or all activation modules if none is unbounded; down-projections and blocks are found by
+    ``activations`` (names of the activation modules to profile) default to the model's
+    unbounded activation modules (:func:`actlab.hf.mlp_sites`), or all activation modules if
+    none is unbounded; down-projections and blocks are found by
     :func:`actlab.hf.mlp_layout`. Each batch runs as ``forward(batch)`` (default: dicts as
     keywords, tensors as they are), in eval mode unless ``eval_mode=False`` (the mode is
-    restored), without gradients. The model is not modified.
+    restored), without gradients. The model is not modified. The old keyword names
+    ``inputs=`` and ``sites=`` still work for one release, with a ``DeprecationWarning``.
     """
     from actlab.surgery import find_activations
 
+    sites = activations
     if sites is None:
         sites = list(mlp_sites(model)) or list(find_activations(model))
     if not sites:
@@ -128,11 +135,12 @@ def profile_model(model: nn.Module, inputs: Iterable[Any], *, sites: list[str] |
     layout = mlp_layout(model, sites)
     downs = {s.down: s.act for s in layout if s.down}
     blocks = [s.block for s in layout if s.block]
-    counted = _Counted(inputs)
+    counted = _Counted(batches)
     chosen = set(sites)
     frame = measure_once(model, counted, metrics=PROFILE_METRICS,
                          activations=lambda name, module: name in chosen,
-                         blocks=blocks or None, modules=list(downs) or None, eps=eps,
+                         blocks=blocks or None, input_modules=list(downs) or None,
+                         eps=eps,
                          forward=forward, eval_mode=eval_mode)
     # the down-projection's input belongs to its MLP: report it under the site's name
     frame["layer"] = [downs.get(layer, layer) if metric in DOWN_METRICS else layer
@@ -229,8 +237,11 @@ def _fmt(value: Any) -> str:
     return "" if value is None else str(value)
 
 
-def layer_profile(model: nn.Module, inputs: list[dict[str, Tensor]]) -> dict[str, dict[str, float]]:
-    """Per-layer activation statistics over ``inputs``, keyed by layer index (as a string).
+@renamed_keywords(inputs="batches")
+def layer_profile(model: nn.Module, batches: list[dict[str, Tensor]]
+                  ) -> dict[str, dict[str, float]]:
+    """Per-layer activation statistics over ``batches`` (one forward pass per item), keyed
+    by layer index (as a string).
 
     Per layer: the metrics of :func:`actlab.profile_model` (``act_mean``, ``preact_neg_frac``,
     ``sparsity``, ``dead_frac``, ``down_input_range``, ``massive_ratio``, ...), plus
@@ -242,13 +253,13 @@ def layer_profile(model: nn.Module, inputs: list[dict[str, Tensor]]) -> dict[str
     index = {**{s.act: str(i) for i, s in enumerate(layout)},
              **{s.block: str(i) for i, s in enumerate(layout) if s.block}}
     out: dict[str, dict[str, float]] = {str(i): {} for i in range(len(layout))}
-    for row in profile_model(model, inputs, eval_mode=True).table().itertuples():
+    for row in profile_model(model, batches, eval_mode=True).table().itertuples():
         out[index[row.layer]][row.metric] = float(row.value)
     sites = [s.act for s in layout]
     blocks = [s.block for s in layout if s.block]
     for key, eps in THRESHOLDS.items():
         extra = ("act_range", "act_max", "act_min", "hidden_mean") if key == "sparsity" else ()
-        table = measure_once(model, inputs, metrics=("sparsity", *extra),
+        table = measure_once(model, batches, metrics=("sparsity", *extra),
                              activations=lambda name, m: name in sites,
                              blocks=blocks if extra else None, eps=eps, eval_mode=True)
         for row in table.itertuples():

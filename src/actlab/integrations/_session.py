@@ -159,11 +159,11 @@ class _Collect:
 class ProbeSession:
     """One training run's Probe and curvature schedule, driven by optimizer steps."""
 
-    def __init__(self, *, every: Any, metrics: Iterable[str] | None, sites: Any,
+    def __init__(self, *, every: Any, metrics: Iterable[str] | None, activations: Any,
                  curvature: Curvature | None, probe_kwargs: Mapping[str, Any]) -> None:
         self.every = every
         self.metrics = metrics
-        self.sites = sites
+        self.activations = activations
         self.curvature = curvature
         self.probe_kwargs = dict(probe_kwargs)
         self.probe: Probe | None = None
@@ -178,7 +178,7 @@ class ProbeSession:
         """Attach the probe to ``model`` (training starts)."""
         self.model = base_module(model)
         self.steps = 0
-        self.probe = Probe(self.model, every=self.every, activations=self.sites,
+        self.probe = Probe(self.model, every=self.every, activations=self.activations,
                            metrics=self.metrics, **self.probe_kwargs)
         if self.curvature is not None:
             self._generator = torch.Generator().manual_seed(self.curvature.seed)

@@ -19,6 +19,7 @@ from typing import Any
 import pandas as pd
 from lightning.pytorch import Callback, LightningModule, Trainer
 
+from actlab.errors import renamed_keywords
 from actlab.integrations._session import Curvature, ProbeSession
 from actlab.train.loss_spike import SERIES, SpikeGuard, grad_norm
 
@@ -33,8 +34,9 @@ class ProbeCallback(Callback):
         every: Probe schedule in optimizer steps (``trainer.global_step``; with
             ``accumulate_grad_batches`` one step covers all its micro-batches).
         metrics: Probe metric names (default: all).
-        sites: activation sites (``None``: found automatically; names, glob patterns or a
-            predicate, as ``Probe(activations=...)``).
+        activations: activation sites (``None``: found automatically; names, glob patterns
+            or a predicate, as ``Probe(activations=...)``; its old name ``sites=`` still works
+            for one release, with a ``DeprecationWarning``).
         curvature: a :class:`Curvature` schedule on a held batch; ``Curvature.loss`` is
             required here (``loss(module, batch) -> scalar``).
         **probe_kwargs: further :class:`~actlab.probe.Probe` arguments.
@@ -45,12 +47,14 @@ class ProbeCallback(Callback):
     (after the all-reduce, before clipping). Hooks are removed when training ends.
     """
 
-    def __init__(self, every: Any = 10, metrics: Iterable[str] | None = None, sites: Any = None,
+    @renamed_keywords(sites="activations")
+    def __init__(self, every: Any = 10, metrics: Iterable[str] | None = None,
+                 activations: Any = None,
                  *, curvature: Curvature | None = None, **probe_kwargs: Any) -> None:
         if curvature is not None and curvature.loss is None:
             raise ValueError("curvature.loss: required with Lightning, e.g. "
                              "Curvature(batch, loss=lambda module, b: module.loss(b))")
-        self.session = ProbeSession(every=every, metrics=metrics, sites=sites,
+        self.session = ProbeSession(every=every, metrics=metrics, activations=activations,
                                     curvature=curvature, probe_kwargs=probe_kwargs)
         self._seen_step = 0
 

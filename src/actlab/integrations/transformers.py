@@ -23,6 +23,7 @@ import pandas as pd
 from transformers import TrainerCallback
 from transformers.trainer_callback import CallbackHandler
 
+from actlab.errors import renamed_keywords
 from actlab.integrations._session import Curvature, ProbeSession
 from actlab.train.loss_spike import SERIES, SpikeGuard
 
@@ -38,8 +39,9 @@ class ProbeCallback(TrainerCallback):
             schedule :class:`~actlab.probe.Probe` accepts). With gradient accumulation one
             step is one optimizer update, and its statistics cover all its micro-batches.
         metrics: Probe metric names (default: all).
-        sites: activation sites (``None``: found automatically; names, glob patterns or a
-            predicate, as ``Probe(activations=...)``).
+        activations: activation sites (``None``: found automatically; names, glob patterns
+            or a predicate, as ``Probe(activations=...)``; its old name ``sites=`` still works
+            for one release, with a ``DeprecationWarning``).
         curvature: a :class:`Curvature` schedule on a held batch, or ``None``.
         **probe_kwargs: further :class:`~actlab.probe.Probe` arguments (``weights``,
             ``blocks``, ``histograms``, ...).
@@ -52,9 +54,11 @@ class ProbeCallback(TrainerCallback):
     callback.
     """
 
-    def __init__(self, every: Any = 10, metrics: Iterable[str] | None = None, sites: Any = None,
+    @renamed_keywords(sites="activations")
+    def __init__(self, every: Any = 10, metrics: Iterable[str] | None = None,
+                 activations: Any = None,
                  *, curvature: Curvature | None = None, **probe_kwargs: Any) -> None:
-        self.session = ProbeSession(every=every, metrics=metrics, sites=sites,
+        self.session = ProbeSession(every=every, metrics=metrics, activations=activations,
                                     curvature=curvature, probe_kwargs=probe_kwargs)
         self._handler: CallbackHandler | None = None
         self._pending: dict[str, float] = {}

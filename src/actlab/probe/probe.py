@@ -37,7 +37,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from actlab.errors import ConfigError
+from actlab.errors import ConfigError, renamed_keywords
 from actlab.probe import distributed as D
 from actlab.probe import metrics as M
 from actlab.probe.collectors import Collector, collectors_for
@@ -88,8 +88,9 @@ class Probe(ProbeHooks, ProbeRecords):
         saturation_tol: distance to an output bound counted as saturated.
         histograms: number of fixed bins for pre-/post-activation histograms (``None``: off).
         hist_range: ``(low, high)`` of the histogram bins; values outside go to the edge bins.
-        inputs: modules (or names) whose *input* the ``input`` metrics read, e.g. MLP
-            down-projections for ``down_input_range``.
+        input_modules: modules (or names) whose *input* the ``input`` metrics read, e.g. MLP
+            down-projections for ``down_input_range`` (its old name ``inputs=`` still works
+            for one release, with a ``DeprecationWarning``).
         writers: objects with ``write(df)`` (e.g.
             :class:`~actlab.probe.writers.TensorBoardWriter`) that receive each recorded
             step's rows as soon as the step closes (on rank 0 only under a process group);
@@ -112,6 +113,7 @@ class Probe(ProbeHooks, ProbeRecords):
     the model (DDP, ``fully_shard``).
     """
 
+    @renamed_keywords(inputs="input_modules")
     def __init__(
         self,
         model: nn.Module,
@@ -125,7 +127,7 @@ class Probe(ProbeHooks, ProbeRecords):
         saturation_tol: float = 0.01,
         histograms: int | None = None,
         hist_range: tuple[float, float] = (-8.0, 8.0),
-        inputs: Iterable[nn.Module | str] | None = None,
+        input_modules: Iterable[nn.Module | str] | None = None,
         writers: Iterable[Any] = (),
         max_rows: int | None = None,
         distributed: bool | None = None,
@@ -168,7 +170,7 @@ class Probe(ProbeHooks, ProbeRecords):
         self.sites = [self._where(n, m, activation_bounds(m)) for n, m in
                       self._resolve_sites(model, named, activations).items()]
         self.blocks = [self._where(n, m) for n, m in self._resolve_blocks(named, blocks).items()]
-        self.inputs = [self._where(n, m) for n, m in self._resolve_blocks(named, inputs).items()]
+        self.inputs = [self._where(n, m) for n, m in self._resolve_blocks(named, input_modules).items()]
         self.weights = self._snapshot_weights(named, weights)
         if self.distributed:
             for where in (*self.sites, *self.blocks, *self.inputs):

@@ -57,7 +57,7 @@ from actlab.data.text import (
     load_corpus,
     sample_batch,
 )
-from actlab.errors import ConfigError
+from actlab.errors import ConfigError, renamed_keywords
 from actlab.nn.gpt import GPT, GPTConfig
 from actlab.probe.forward import default_forward
 from actlab.runner.experiment import STATUS_DIVERGED, UnitContext, UnitResult
@@ -280,12 +280,14 @@ def config_from(kind: type, source: Any, overrides: dict[str, Any] | None = None
     return kind(**{**values, **(overrides or {})})
 
 
-def probe_forward(model: nn.Module, inputs: Iterable[Any], *, metrics: Sequence[str],
+@renamed_keywords(inputs="batches", modules="input_modules")
+def probe_forward(model: nn.Module, batches: Iterable[Any], *, metrics: Sequence[str],
                   blocks: Iterable[nn.Module | str] | None = None, activations: Any = None,
-                  modules: Iterable[nn.Module | str] | None = None,
+                  input_modules: Iterable[nn.Module | str] | None = None,
                   eps: float = 1e-7, forward: Callable[[Any], Any] | None = None) -> Any:
-    """Measure ``metrics`` on evaluation passes over ``inputs`` (:func:`actlab.measure_once`;
-    ``modules``: those whose input the ``input`` metrics read).
+    """Measure ``metrics`` on evaluation passes over ``batches`` (:func:`actlab.measure_once`;
+    ``input_modules``: those whose input the ``input`` metrics read; the old keyword names
+    ``inputs=`` and ``modules=`` still work for one release, with a ``DeprecationWarning``).
 
     The model runs in eval mode without gradients (its previous mode is restored), so
     running statistics (percentile norms) are not touched. ``forward(item)`` defaults to
@@ -294,8 +296,8 @@ def probe_forward(model: nn.Module, inputs: Iterable[Any], *, metrics: Sequence[
     """
     from actlab.probe.measure import measure_once
 
-    return measure_once(model, inputs, metrics=metrics, activations=activations, blocks=blocks,
-                        modules=modules, eps=eps,
+    return measure_once(model, batches, metrics=metrics, activations=activations, blocks=blocks,
+                        input_modules=input_modules, eps=eps,
                         forward=forward or partial(default_forward, model), eval_mode=True)
 
 
