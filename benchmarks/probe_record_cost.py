@@ -83,7 +83,8 @@ def probe_cost(rows: int, records: int) -> float:
 def callback_cost(rows: int, records: int) -> float:
     """Median seconds of ``ProbeSession.optimizer_step()`` at ``rows`` existing rows."""
     model = _model()
-    session = ProbeSession(every=1, metrics=None, sites=None, curvature=None, probe_kwargs={})
+    session = ProbeSession(every=1, metrics=None, activations=None, curvature=None,
+                           probe_kwargs={})
     session.begin(model)
     _time_records(session.optimizer_step, model, 2)
     _grow(session.probe, rows)
