@@ -24,10 +24,10 @@ over all tokens of the batch (Percentile BatchNorm over the flattened tokens).
 Scaling (ours): T_warm = 50,000 (§7) of DiT-S/2's 300K steps (App. B.2: its samples
 "improve progressively to 300K steps", the only length the paper gives for it; 400,000 is
 "Rethinking"'s DiT-B/2) becomes 1/6 of ours
-(:func:`~actlab.recipes.dit_protocol.scaled_warmup`); the statistics' EMA γ = 0.9999
+(:func:`~actlab.recipes.dit_setup.scaled_warmup`); the statistics' EMA γ = 0.9999
 averages over 10⁴ = T_warm / 5 updates, so ours uses momentum 5 / warmup; the weights' EMA
 decay 0.9999 is scaled from 300K the same way
-(:func:`~actlab.recipes.dit_protocol.scaled_decay`).
+(:func:`~actlab.recipes.dit_setup.scaled_decay`).
 Throughput is steps/s by the engine's step clock (thread CPU time here, CUDA events on a
 GPU), during warm-up and after it; the claims judge each seed's ratio, so on the CPU a ratio
 whose seeds straddle 1 stays undecided.

@@ -182,7 +182,8 @@ def _trajectory_recorder(result: UnitResult, run: str, seed: int, model: GPT, wi
                 if block.mlp.up.bias is not None:
                     result.add(run, seed, step, str(i), "b_mean",
                                float(block.mlp.up.bias.double().mean()))
-        table = probe_forward(model, windows, modules=[block.mlp.up for block in model.blocks],
+        ups = [block.mlp.up for block in model.blocks]
+        table = probe_forward(model, windows, input_modules=ups,
                               metrics=("preact_neg_frac", "preact_mean", "sparsity",
                                        "input_row_sum"))
         for row in table.itertuples():
