@@ -1,10 +1,11 @@
-# Two entry points: `make demo` (main job) and `make test` (whole test suite).
+# Two entry points: `make demo` (main job) and `make test` (whole test suite);
+# `make test-fast` leaves out the tests marked slow, for the edit-test loop.
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint venv clean gpu-check gpu-bench
+.PHONY: demo test test-fast lint venv clean gpu-check gpu-bench
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -19,8 +20,15 @@ venv: $(STAMP)
 demo: $(STAMP)
 	$(VENV)/bin/actlab reproduce --quick --out runs --overwrite
 
+# One pytest-xdist worker per core; the tests that start processes of their own share one
+# worker, and a module's shared fixture stays on one (tests/conftest.py).
+PYTEST := $(PY) -m pytest -q -n auto --dist loadgroup
+
 test: $(STAMP)
-	$(PY) -m pytest -q
+	$(PYTEST)
+
+test-fast: $(STAMP)
+	$(PYTEST) -m "not slow"
 
 # On a GPU machine: the CUDA tests with the machine's own python3 (no venv, no install).
 gpu-check:
@@ -33,7 +41,7 @@ gpu-bench:
 	PYTHONPATH=src MPLBACKEND=Agg $(PYTHON) benchmarks/gpu_mechanisms.py
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check src tests benchmarks
+	$(VENV)/bin/ruff check src tests benchmarks tools
 
 clean:
 	rm -rf $(VENV) runs

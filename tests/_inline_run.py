@@ -7,19 +7,8 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-import pytest
-import torch
 
 from actlab.runner.experiment import METRIC_COLUMNS, Experiment, RunContext, UnitContext
-
-
-@pytest.fixture
-def one_thread():
-    """Run the test on one torch thread (tiny models; the caller's setting is restored)."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
 
 
 def run_inline(exp: Experiment, config: Any, tmp_path: Path,

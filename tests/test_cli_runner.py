@@ -4,14 +4,11 @@ from __future__ import annotations
 
 import csv
 import json
-import sys
-from pathlib import Path
 
 import pytest
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import _toy_experiments as toy  # noqa: E402
+import _toy_experiments as toy
 
 
 def test_run_list_shows_experiments_with_descriptions():

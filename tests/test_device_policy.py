@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -12,8 +10,7 @@ import torch
 from actlab.runner.backends import ray_resources
 from actlab.train.precision import precision_flags, use_strict_float32
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import _toy_experiments as toy  # noqa: E402
+import _toy_experiments as toy
 
 
 @pytest.mark.parametrize("command", ["run", "reproduce"])

@@ -6,7 +6,6 @@ summary), and config errors naming their field."""
 from __future__ import annotations
 
 import math
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -14,16 +13,13 @@ import pandas as pd
 import pytest
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _meta_harness import META, MetaReads  # noqa: E402
-
-from actlab.errors import ConfigError  # noqa: E402
-from actlab.experiments.dit_common import paired, spread_numbers, within_spread  # noqa: E402
-from actlab.experiments.dit_percentile import DiTPercentileConfig  # noqa: E402
-from actlab.experiments.dit_percentile.claims import claims as percentile_claims  # noqa: E402
-from actlab.experiments.dit_shift import DiTShiftConfig  # noqa: E402
-from actlab.experiments.dit_shift.claims import claims as shift_claims  # noqa: E402
-from actlab.recipes.dit_protocol import (  # noqa: E402
+from actlab.errors import ConfigError
+from actlab.experiments.dit_common import paired, spread_numbers, within_spread
+from actlab.experiments.dit_percentile import DiTPercentileConfig
+from actlab.experiments.dit_percentile.claims import claims as percentile_claims
+from actlab.experiments.dit_shift import DiTShiftConfig
+from actlab.experiments.dit_shift.claims import claims as shift_claims
+from actlab.recipes.dit_protocol import (
     DIT_S2_STEPS,
     PAPER_EMA,
     PAPER_STEPS,
@@ -33,10 +29,12 @@ from actlab.recipes.dit_protocol import (  # noqa: E402
     scaled_warmup,
     step_rates,
 )
-from actlab.runner.config import build_config  # noqa: E402
-from actlab.runner.driver import RunOptions, run_experiment  # noqa: E402
-from actlab.runner.experiment import UnitContext, get_experiment  # noqa: E402
-from actlab.train.placement import on_device  # noqa: E402
+from actlab.runner.config import build_config
+from actlab.runner.driver import RunOptions, run_experiment
+from actlab.runner.experiment import UnitContext, get_experiment
+from actlab.train.placement import on_device
+
+from _meta_harness import META, MetaReads
 
 # A real run in a few seconds: the protocol's every part, at a size no claim is judged at.
 TINY = {

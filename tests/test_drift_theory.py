@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import itertools
 import math
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -22,8 +20,7 @@ from actlab.runner.config import build_config
 from actlab.runner.experiment import get_experiment
 from actlab.theory import drift as th
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _inline_run import one_thread, run_inline  # noqa: E402, F401 (one_thread: a fixture)
+from _inline_run import run_inline
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 K = 4.0

@@ -17,14 +17,7 @@ from actlab.train.optim import make_functional_optimizer
 SEEDS = 3
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Tiny models gain nothing from intra-op threads, and on a loaded machine OpenMP
-    spin-waiting makes them ~100x slower; restore the setting afterwards."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _relative(a: torch.Tensor, b: torch.Tensor) -> float:

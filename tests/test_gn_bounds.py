@@ -4,8 +4,6 @@ its claims against wrong numbers, its config errors, and the one-block recipe.""
 from __future__ import annotations
 
 import copy
-import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -20,8 +18,7 @@ from actlab.runner.claims import claim_problems
 from actlab.runner.config import build_config
 from actlab.train.settings import TrainSettings
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _inline_run import one_thread, run_inline  # noqa: E402, F401 - the fixture by name
+from _inline_run import run_inline
 
 TINY = {
     "d": 3,

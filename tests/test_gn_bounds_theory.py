@@ -25,14 +25,8 @@ from actlab.theory.curvature import (
 F64 = torch.float64
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Dense eigen-solves of a few hundred rows run fastest on one thread (and the suite
-    shares its cores)."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
+# Dense eigen-solves of a few hundred rows run fastest on one thread.
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def setup(d_in, m, d_out, seed=0, n=64, activation="relu", spread=0.0):

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import math
-import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -26,8 +24,7 @@ from actlab.recipes.spirals import train_binary_sgd
 from actlab.runner.config import build_config
 from actlab.runner.experiment import UnitContext
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _inline_run import run_inline  # noqa: E402
+from _inline_run import run_inline
 
 LN2 = math.log(2)
 

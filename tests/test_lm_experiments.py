@@ -13,16 +13,15 @@ from actlab.experiments.lm_shift import LMShiftConfig, LMShiftExperiment
 from actlab.experiments.spikes import SpikesExperiment
 from actlab.runner.driver import RunOptions, run_experiment
 
+from _corpus import write_code_folder
+
 TOY = {"n_layer": 1, "n_head": 2, "n_embd": 16, "block_size": 16, "batch_size": 4, "steps": 6,
        "warmup": 1, "eval_every": 3, "eval_batches": 1, "log_every": 3}
 
 
 @pytest.fixture(scope="module")
 def text_folder(tmp_path_factory):
-    root = tmp_path_factory.mktemp("text")
-    for i in range(12):
-        (root / f"f{i}.py").write_text(f"def f{i}(x):\n    return x * {i} + 1\n" * 40)
-    return root
+    return write_code_folder(tmp_path_factory.mktemp("text"), files=12, repeats=40)
 
 
 def _run(name: str, overrides: dict, tmp_path, text_folder, monkeypatch):

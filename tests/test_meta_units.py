@@ -14,20 +14,18 @@ unit (about 7 minutes).
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 from torch import nn
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _meta_harness import META, MetaReads  # noqa: E402
+from actlab.runner.config import build_config
+from actlab.runner.experiment import UnitContext, get_experiment, list_experiments
+from actlab.runner.plan import scale_overrides
+from actlab.train.placement import on_device, unit_device
 
-from actlab.runner.config import build_config  # noqa: E402
-from actlab.runner.experiment import UnitContext, get_experiment, list_experiments  # noqa: E402
-from actlab.runner.plan import scale_overrides  # noqa: E402
-from actlab.train.placement import on_device, unit_device  # noqa: E402
+from _meta_harness import META, MetaReads
 
 # Quick scale, shortened further where the quick protocol is long on the CPU side (the meta
 # device makes tensor work free, not data loading, Python loops or numpy analysis).

@@ -19,6 +19,8 @@ import actlab
 from actlab.probe.metrics import ACT_KURTOSIS, ACT_OUTPUT_GRAD, ALL_METRICS
 from actlab.probe.names import layer_name, unwrapped_modules
 
+pytestmark = pytest.mark.xdist_group("processes")  # inductor's compile workers (conftest.py)
+
 STEPS, EVERY, WARMUP = 20, 5, 10  # warm-up: recorded steps 0 and 5 and unrecorded ones ran
 SITE_BACKWARD = {"preact_grad_mean", "preact_grad_cov"}  # from GradTap when compiled
 

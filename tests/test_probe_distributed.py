@@ -32,8 +32,9 @@ COLLECTIVES = ("all_reduce", "all_gather", "all_gather_into_tensor", "all_gather
                "broadcast", "reduce", "gather", "scatter", "reduce_scatter_tensor",
                "all_to_all", "barrier", "send", "recv")
 
-pytestmark = pytest.mark.skipif(not dist.is_available() or sys.platform == "win32",
-                                reason="needs torch.distributed with gloo")
+pytestmark = [pytest.mark.skipif(not dist.is_available() or sys.platform == "win32",
+                                 reason="needs torch.distributed with gloo"),
+              pytest.mark.xdist_group("processes")]  # 2 ranks: one xdist worker runs these
 
 
 def _model() -> nn.Sequential:

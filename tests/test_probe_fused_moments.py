@@ -10,6 +10,8 @@ import torch
 
 from actlab.probe import metrics as M
 
+pytestmark = pytest.mark.xdist_group("processes")  # inductor's compile workers (conftest.py)
+
 # mean, m2 of p and of a are computed differently; counts and extremes must agree exactly
 _MOMENTS = [0, 1, 3, 4]
 _EXACT = [2, 5, 6, 7, 8]

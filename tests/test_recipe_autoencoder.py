@@ -26,12 +26,7 @@ from actlab.train.settings import TrainSettings
 WIDTHS, STEPS, BATCH = (4, 8), 6, 8
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _images(n: int, seed: int = 0) -> torch.Tensor:

@@ -15,12 +15,7 @@ from actlab.train.settings import TrainSettings
 STEPS, BATCH, EVERY = 12, 16, 4
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _data(n: int = 64, in_dim: int = 8, out_dim: int = 3, seed: int = 0):

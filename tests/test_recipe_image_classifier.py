@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import copy
 import math
-import sys
-from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -29,9 +27,6 @@ from actlab.recipes.image_classifier import (
 from actlab.runner.experiment import UnitResult
 from actlab.surgery import find_activations
 from actlab.train.settings import TrainSettings
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _inline_run import one_thread  # noqa: E402, F401 (a fixture)
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -9,8 +9,6 @@ and losses computed here.
 from __future__ import annotations
 
 import math
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -33,9 +31,6 @@ from actlab.recipes.teacher_student import (
 )
 from actlab.runner.fields import check_plain_activations
 from actlab.train.ensemble import Ensemble
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _inline_run import one_thread  # noqa: E402, F401 (a fixture)
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

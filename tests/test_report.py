@@ -7,7 +7,6 @@ import json
 import re
 import shutil
 import subprocess
-import sys
 from html.parser import HTMLParser
 from pathlib import Path
 from urllib.parse import unquote
@@ -16,8 +15,7 @@ import pytest
 
 from actlab.runner.report import judged_text
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import _toy_experiments as toy  # noqa: E402
+import _toy_experiments as toy
 
 
 class References(HTMLParser):
@@ -94,6 +92,7 @@ def test_report_of_a_folder_that_is_not_a_run_exits_2(tmp_path):
     assert result.exit_code == 2 and "config.json" in result.stderr
 
 
+@pytest.mark.xdist_group("processes")  # reproduce: a pool of every core (tests/conftest.py)
 def test_reproduce_writes_an_index_and_lists_failed_experiments(tmp_path):
     result = toy.invoke("reproduce", "--quick", "--only", "toy-broken-summary,toy", "--out", tmp_path)
     assert result.exit_code == 1
@@ -180,6 +179,7 @@ def reproduced(tmp_path_factory):
     return out
 
 
+@pytest.mark.xdist_group("processes")  # reproduce: a pool of every core (tests/conftest.py)
 def test_index_opens_with_an_overview_of_counts_and_headline_thumbnails(reproduced):
     index = reproduced / "index.html"
     parser = parse(index)
@@ -236,6 +236,7 @@ def test_every_declared_headline_figure_is_one_the_experiment_saves():
             assert any(p.match(figure) for p in patterns), (name, figure)
 
 
+@pytest.mark.xdist_group("processes")  # reproduce: a pool of every core (tests/conftest.py)
 @pytest.mark.skipif(_chromium() is None, reason="Chromium is not installed")
 def test_index_renders_headless_with_thumbnails_loaded_and_a_screenshot(reproduced):
     index = reproduced / "index.html"

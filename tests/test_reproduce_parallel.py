@@ -5,19 +5,17 @@ from __future__ import annotations
 import json
 import os
 import re
-import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import _toy_experiments as toy  # noqa: E402
+from actlab.runner import reproduce as rep
+from actlab.runner.backends import run_indexed
+from actlab.runner.driver import RunOptions
+from actlab.runner.experiment import STATUS_FAILED, STATUS_OK, get_experiment
+from actlab.runner.plan import make_plan
 
-from actlab.runner import reproduce as rep  # noqa: E402
-from actlab.runner.backends import run_indexed  # noqa: E402
-from actlab.runner.driver import RunOptions  # noqa: E402
-from actlab.runner.experiment import STATUS_FAILED, STATUS_OK, get_experiment  # noqa: E402
-from actlab.runner.plan import make_plan  # noqa: E402
+import _toy_experiments as toy
 
 # Cheap real experiments (a few seconds of CPU each at quick scale) with 1, 1 and 6 units.
 CHEAP = "worked-example,gallery,pitfalls"
@@ -38,6 +36,7 @@ def _summaries(out: Path) -> dict[str, object]:
             for p in sorted(out.glob("*/quick/summary.json"))}
 
 
+@pytest.mark.xdist_group("processes")  # a pool of 2 workers (tests/conftest.py)
 def test_one_and_two_workers_give_bit_identical_summaries(tmp_path):
     one = toy.invoke("reproduce", "--quick", "--only", CHEAP, "--workers", "1", "--out", tmp_path / "w1")
     assert one.exit_code == 0, one.output
@@ -139,6 +138,7 @@ def test_resume_runs_nothing_and_rewrites_every_report(scheduled, monkeypatch):
     assert "toy/quick/report.html" in (out / "index.html").read_text()
 
 
+@pytest.mark.xdist_group("processes")  # a pool of 2 workers (tests/conftest.py)
 def test_a_unit_that_kills_its_worker_fails_alone(tmp_path):
     result = toy.invoke("run", "toy", "--quick", "--set", "crash_act=tanh", "--set", "acts=relu,tanh,sigmoid",
                         "--workers", "2", "--out", tmp_path)

@@ -11,13 +11,7 @@ import torch.nn.functional as F
 from actlab.activations.spec import SpecActivation, make_activation
 from actlab.nn.residual_mlp import ResidualMLP
 
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _reference(model: ResidualMLP, x: torch.Tensor, phi) -> tuple[torch.Tensor, list, list]:

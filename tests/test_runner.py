@@ -5,17 +5,15 @@ from __future__ import annotations
 import csv
 import json
 import math
-import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import _toy_experiments as toy  # noqa: E402
+from actlab.runner.driver import RunOptions, run_experiment
+from actlab.runner.experiment import get_experiment
+from actlab.runner.plan import make_plan, parse_grid, unit_id
 
-from actlab.runner.driver import RunOptions, run_experiment  # noqa: E402
-from actlab.runner.experiment import get_experiment  # noqa: E402
-from actlab.runner.plan import make_plan, parse_grid, unit_id  # noqa: E402
+import _toy_experiments as toy
 
 
 def read_rows(path: Path) -> list[dict[str, str]]:

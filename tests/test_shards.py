@@ -22,6 +22,8 @@ from actlab.data.shards import (
 from actlab.data.text import load_corpus, sample_batch
 from actlab.recipes.language_model import LMScale, train_gpt
 
+from _corpus import write_code_folder
+
 TOOL = Path(__file__).resolve().parents[1] / "tools" / "write_shards.py"
 
 
@@ -98,10 +100,7 @@ def test_an_id_beyond_the_vocabulary_names_file_and_position(tmp_path) -> None:
 
 def test_byte_shards_of_a_text_train_exactly_like_the_text(tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("ACTLAB_CACHE", str(tmp_path / "cache"))
-    text = tmp_path / "text"
-    text.mkdir()
-    for i in range(6):
-        (text / f"f{i}.py").write_text(f"def f{i}(x):\n    return x * {i} + 1\n" * 30)
+    text = write_code_folder(tmp_path / "text", files=6, repeats=30)
     spec = importlib.util.spec_from_file_location("write_shards_tool", TOOL)
     tool = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(tool)

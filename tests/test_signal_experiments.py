@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 
 from actlab.errors import ConfigError
@@ -12,8 +9,7 @@ from actlab.experiments.normalization import NormalizationExperiment
 from actlab.experiments.signal import SignalExperiment
 from actlab.runner.config import build_config
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _inline_run import run_inline  # noqa: E402
+from _inline_run import run_inline
 
 
 def _run(exp, tmp_path, overrides=None):

@@ -2,17 +2,13 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 
 from actlab.errors import ConfigError
 from actlab.runner.config import build_config
 from actlab.runner.experiment import get_experiment
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _inline_run import one_thread, run_inline  # noqa: E402, F401 (one_thread: a fixture)
+from _inline_run import run_inline
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

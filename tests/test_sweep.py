@@ -8,10 +8,10 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import _toy_experiments as toy  # noqa: E402
+import pytest
+
+import _toy_experiments as toy
 
 SWEEP = ["sweep", "toy", "--quick", "--grid", "lr=0.05,0.1", "--seeds", "2"]
 
@@ -34,6 +34,7 @@ def test_sweep_puts_every_grid_point_in_one_table(tmp_path):
     assert {c["point"] for c in claims} == {"lr=0.05", "lr=0.1"}
 
 
+@pytest.mark.xdist_group("processes")  # a CLI process, then a pool of 2 (tests/conftest.py)
 def test_sigkill_mid_sweep_then_resume_gives_the_uninterrupted_table(tmp_path):
     args = [*SWEEP, "--set", "sleep=0.25", "--name", "killed"]
     reference = toy.invoke(*args, "--out", tmp_path / "ref")

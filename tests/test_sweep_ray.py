@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import _toy_experiments as toy  # noqa: E402
+import _toy_experiments as toy
 
 ray = pytest.importorskip("ray", reason="the ray extra is not installed")
+
+pytestmark = pytest.mark.xdist_group("processes")  # a Ray instance (tests/conftest.py)
 
 ARGS = ["sweep", "toy", "--quick", "--grid", "lr=0.05,0.1", "--seeds", "2",
         "--set", "acts=relu,tanh,sigmoid", "--set", "fail_act=sigmoid", "--set", "diverge_act=relu"]

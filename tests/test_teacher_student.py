@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-import sys
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -19,8 +17,7 @@ from actlab.recipes.teacher_student import ModelSettings, train_students
 from actlab.runner.config import build_config
 from actlab.runner.experiment import get_experiment
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _inline_run import one_thread, run_inline  # noqa: E402, F401 (one_thread: a fixture)
+from _inline_run import run_inline
 
 TINY = {"d": 4, "m": 8, "L": 2, "steps": 40, "batch_size": 16, "eval_size": 32, "log_points": 6}
 

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-import sys
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -19,8 +17,7 @@ from actlab.runner.experiment import (
     get_experiment,
 )
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _inline_run import one_thread, run_inline  # noqa: E402, F401 (one_thread: a fixture)
+from _inline_run import run_inline
 
 AE_TINY = {"widths": [4, 8], "steps": 12, "batch_size": 16, "log_points": 6, "n_eval": 16,
            "n_show": 2, "grid_points": 3, "loss_every": 2, "min_fit": 1.0}

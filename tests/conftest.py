@@ -1,0 +1,78 @@
+"""Shared fixtures and the suite's parallel set-up.
+
+Helper modules beside the tests (``_toy_experiments``, ``_inline_run``, ``_meta_harness``,
+``_corpus``) are importable by name: ``pythonpath = ["tests"]`` in ``pyproject.toml`` puts this
+folder on ``sys.path``.
+
+Under pytest-xdist (``make test``: ``-n auto --dist loadgroup``):
+
+* each worker runs torch on its share of the cores (``cores // workers`` threads, set before
+  any test, and inherited by the processes a test starts through ``OMP_NUM_THREADS``), so
+  two workers never run two threads each on two cores (OpenMP spin-waiting makes that many
+  times slower than one thread each);
+* tests that start processes or pools (``PROCESSES``: gloo ranks, process pools, Ray,
+  ``actlab`` subprocesses, torch.compile's compile workers) carry
+  ``pytest.mark.xdist_group(PROCESSES)``: one worker runs them one after another, so they
+  neither oversubscribe the cores together nor race each other for ports;
+* the tests of a module that computes a module-scoped fixture (one expensive run read by
+  several tests) stay on one worker, so the fixture is computed once, not once per worker.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+PROCESSES = "processes"
+"""The xdist group of the tests that start processes or pools of their own."""
+
+
+def _cores() -> int:
+    """The CPUs this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS, Windows
+        return os.cpu_count() or 1
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """On an xdist worker, give torch ``cores // workers`` threads (at least one)."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if "PYTEST_XDIST_WORKER" not in os.environ or workers < 2:
+        return
+    threads = max(1, _cores() // workers)
+    os.environ.setdefault("OMP_NUM_THREADS", str(threads))
+    import torch
+
+    torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+
+
+def _uses_module_fixture(item: pytest.Item) -> bool:
+    """Whether ``item`` requests a fixture shared by a module (or class) of tests."""
+    info = getattr(item, "_fixtureinfo", None)
+    if info is None:
+        return False
+    return any(defs[-1].scope in ("module", "class", "package")
+               for defs in info.name2fixturedefs.values() if defs)
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Keep each module that shares a module-scoped fixture on one xdist worker."""
+    for item in items:
+        if item.get_closest_marker("xdist_group") is None and _uses_module_fixture(item):
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
+
+
+@pytest.fixture
+def one_thread():
+    """Run the test on one torch thread (tiny models gain nothing from intra-op threads, and
+    on a loaded machine OpenMP spin-waiting makes them far slower); the caller's setting is
+    restored afterwards."""
+    import torch
+
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
