@@ -19,13 +19,36 @@ def test_run_list_shows_experiments_with_descriptions():
     assert toy.invoke("run").exit_code == 2  # no experiment and no --list
 
 
-def test_quiet_without_tty_and_env_records_the_command(tmp_path):
+def test_plain_progress_lines_without_tty_and_env_records_the_command(tmp_path):
     result = toy.invoke("run", "toy", "--quick", "--set", "acts=relu", "--out", tmp_path)
     assert result.exit_code == 0
     assert "%|" not in result.stderr and "it/s" not in result.stderr  # no progress bars
+    assert "toy/quick_acts=relu: 2/2 units" in result.stderr  # a plain line instead
     env = json.loads((tmp_path / "toy" / "quick_acts=relu" / "env.json").read_text())
     assert isinstance(env["command"], list)
-    assert env["torch_threads"] == torch.get_num_threads()
+    assert env["torch_threads"] == 1  # one per unit, as reproduce: --workers changes no bits
+    again = toy.invoke("run", "toy", "--quick", "--set", "acts=relu", "--threads", "0",
+                       "--workers", "1", "--name", "torch-default", "--out", tmp_path)
+    env = json.loads((tmp_path / "toy" / "torch-default" / "env.json").read_text())
+    assert again.exit_code == 0 and env["torch_threads"] == torch.get_num_threads()
+
+
+def test_progress_prints_a_line_on_a_clock_when_not_a_terminal(capsys):
+    import time
+
+    from actlab.runner.schedule import Progress
+
+    bar = Progress(3, "exp/run", show=None, every_s=0.05)
+    time.sleep(0.3)  # no unit finished, yet lines come
+    bar.update(1)
+    bar.close()
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) >= 3 and lines[0].startswith("exp/run: 0/3 units, 0:00 elapsed")
+    assert lines[-1].startswith("exp/run: 1/3 units")
+    silent = Progress(3, "exp/run", show=False, every_s=0.05)
+    time.sleep(0.2)
+    silent.close()
+    assert capsys.readouterr().err == ""
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")

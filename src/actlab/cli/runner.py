@@ -18,6 +18,7 @@ from actlab.errors import ConfigError
 from actlab.runner.config import parse_assignments
 from actlab.runner.driver import RunOptions, RunOutcome, run_experiment
 from actlab.runner.plan import parse_grid
+from actlab.runner.schedule import UNIT_THREADS
 
 PLUGIN_VARIABLE = "ACTLAB_EXPERIMENT_MODULES"
 
@@ -49,6 +50,20 @@ def _finish(outcomes: list[RunOutcome]) -> None:
         for line in lines:
             click.echo(f"  {line}", err=True)
         sys.exit(1)
+
+
+def _workers(workers: int | None, device: str) -> int:
+    """``--workers``, or every core on the CPU (one on a GPU) when not given."""
+    from actlab.runner.schedule import default_workers
+
+    return default_workers(device) if workers is None else workers
+
+
+def _threads(threads: int) -> int | None:
+    """``--threads``: 0 leaves each unit torch's default (``None`` for the runner)."""
+    if threads < 0:
+        raise ConfigError("--threads", f"must be >= 0, got {threads}")
+    return threads or None
 
 
 def _use_native(native: bool, device: str) -> None:
@@ -92,7 +107,12 @@ def _common(function):
         click.option("--overwrite", is_flag=True,
                      help="Discard the finished units of an earlier run of this name (without "
                           "--resume or --overwrite such a run directory is refused)."),
-        click.option("--workers", type=int, default=1, show_default=True, help="Parallel processes."),
+        click.option("--workers", type=int, default=None,
+                     help="Parallel processes, longest unit first [default: the number of cores "
+                          "with --device cpu, else 1; never more than the units]."),
+        click.option("--threads", type=int, default=UNIT_THREADS, show_default=True,
+                     help="Torch threads of every unit (as reproduce: the numbers then do not "
+                          "depend on --workers); 0: torch's default."),
         click.option("--device", default="cpu", show_default=True, help="cpu, cuda or cuda:N."),
         click.option("--native", is_flag=True, help=NATIVE_HELP),
         click.option("--tensorboard", default=None, metavar="DIR", help="Also log scalars to TensorBoard."),
@@ -109,7 +129,7 @@ def _common(function):
 @click.option("--list", "list_only", is_flag=True, help="List the registered experiments.")
 @_common
 def run_command(experiment, list_only, quick, full, seeds, sets, out, name, resume, overwrite,
-                workers, device, native, tensorboard, mlflow):
+                workers, threads, device, native, tensorboard, mlflow):
     """Run EXPERIMENT into OUT/EXPERIMENT/NAME (config, env, metrics, summary, figures, report)."""
     load_plugins()
     if list_only:
@@ -122,7 +142,8 @@ def run_command(experiment, list_only, quick, full, seeds, sets, out, name, resu
         raise click.UsageError("missing EXPERIMENT (or use --list)")
     _use_native(native, device)
     options = RunOptions(out=Path(out), name=name, resume=resume, overwrite=overwrite,
-                         workers=workers, device=device, tensorboard=tensorboard, mlflow=mlflow,
+                         workers=_workers(workers, device), threads=_threads(threads),
+                         device=device, tensorboard=tensorboard, mlflow=mlflow,
                          command=list(sys.argv))
     outcome = run_experiment(experiment, _scale(quick, full), parse_assignments(sets), None, seeds, options)
     _finish([outcome])
@@ -136,12 +157,15 @@ def run_command(experiment, list_only, quick, full, seeds, sets, out, name, resu
 @click.option("--address", default=None, help="Ray cluster address (default: start a local instance).")
 @_common
 def sweep_command(experiment, grid, backend, address, quick, full, seeds, sets, out, name, resume,
-                  overwrite, workers, device, native, tensorboard, mlflow):
+                  overwrite, workers, threads, device, native, tensorboard, mlflow):
     """Run EXPERIMENT over every combination of --grid values, as one resumable run directory."""
     load_plugins()
     _use_native(native, device)
+    if workers is None and backend == "ray":
+        workers = 1  # Ray: one task per unit on the cluster's own resources
     options = RunOptions(out=Path(out), name=name, resume=resume, overwrite=overwrite,
-                         backend=backend, workers=workers,
+                         backend=backend, workers=_workers(workers, device),
+                         threads=_threads(threads),
                          address=address, device=device, tensorboard=tensorboard, mlflow=mlflow,
                          command=list(sys.argv))
     outcome = run_experiment(experiment, _scale(quick, full), parse_assignments(sets), parse_grid(grid),

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from actlab.device import use_strict_float32
 from actlab.errors import ConfigError
 from actlab.runner.atomic import dumps
 from actlab.runner.backends import BACKENDS, run_local, run_ray, threads_per_worker
@@ -36,8 +37,8 @@ from actlab.runner.per_seed import judge_over_seeds, seed_records, seeds_of
 from actlab.runner.plan import Plan, PlannedUnit, default_run_name, make_plan, point_label, slug
 from actlab.runner.rejudge import SEED_SUMMARIES
 from actlab.runner.rundir import RunDir, sort_rows, table_frame
+from actlab.runner.schedule import Progress, longest_first, reorder
 from actlab.runner.sinks import MlflowSink, Sink, TensorBoardSink, flatten
-from actlab.train.precision import use_strict_float32
 
 
 @dataclass
@@ -196,13 +197,6 @@ def unit_threads(options: RunOptions) -> int:
     if options.backend == "ray":
         return 1 if options.address or options.workers == 1 else threads_per_worker(options.workers)
     return threads_per_worker(options.workers) if options.workers > 1 else torch.get_num_threads()
-
-
-def _progress_bar(total: int, description: str, options: RunOptions):
-    from tqdm.auto import tqdm
-
-    show = options.progress if options.progress is not None else sys.stderr.isatty()
-    return tqdm(total=total, desc=description, unit="unit", disable=not show, file=sys.stderr)
 
 
 def _pooled(experiment: Experiment, config: Any, records: list[dict[str, Any]],
@@ -398,8 +392,7 @@ def run_experiment(
     """Run experiment ``name`` at ``scale`` with ``overrides`` over ``grid`` into a run directory."""
     options = options or RunOptions()
     run = prepare_run(name, scale, overrides, grid, n_seeds, options)
-    bar = _progress_bar(run.outcome.n_units, f"{run.plan.experiment.name}/{run.run_name}", options)
-    bar.update(run.outcome.n_skipped)
+    bar = Progress(len(run.tasks), f"{run.plan.experiment.name}/{run.run_name}", options.progress)
 
     def on_done(record: dict[str, Any]) -> None:
         run.save_unit(record)
@@ -409,7 +402,12 @@ def run_experiment(
         if options.backend == "ray":
             run_ray(run.tasks, on_done, options.address, options.workers if options.workers > 1 else None)
         else:
-            run_local(run.tasks, on_done, options.workers, run.configs)
+            # a pool starts units in list order: longest first finishes soonest; no more
+            # processes than units
+            order = longest_first(run.plan.experiment.name, [t.unit_id for t in run.tasks])
+            workers = max(1, min(options.workers, len(run.tasks)))
+            run_local(reorder(run.tasks, order) if workers > 1 else run.tasks, on_done, workers,
+                      reorder(run.configs, order) if workers > 1 else run.configs)
     finally:
         bar.close()
         run.drop_empty_work_dir()

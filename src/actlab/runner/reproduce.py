@@ -12,10 +12,7 @@ index and the rest still run.
 
 from __future__ import annotations
 
-import json
 import os
-import statistics
-import sys
 import time
 import traceback
 from dataclasses import dataclass, field, replace
@@ -38,10 +35,17 @@ from actlab.runner.experiment import list_experiments
 from actlab.runner.references import reference_summary
 from actlab.runner.report import write_index
 from actlab.runner.rundir import RunDir
+from actlab.runner.schedule import (  # noqa: F401 - UNIT_TIMES, load_unit_times: the old home
+    FALLBACK_UNIT_S,
+    UNIT_THREADS,
+    UNIT_TIMES,
+    Progress,
+    default_workers,
+    estimates,
+    load_unit_times,
+)
 
-UNIT_TIMES = Path(__file__).with_name("unit_times.json")  # committed: a quick run's unit times
 UNIT_TIMES_FILE = "unit_times.json"  # written into OUT by every reproduction
-FALLBACK_UNIT_S = 10.0  # estimate of a unit when the table knows no experiment at all
 
 PREFERRED_ORDER = (
     "gallery",
@@ -79,36 +83,10 @@ class ReproduceOutcome:
         return [e for e in self.entries if e["status"] != "ok"]
 
 
-#: torch threads of every unit of a reproduction
-UNIT_THREADS = 1
-
-
-def default_workers(device: str) -> int:
-    """``--workers`` of ``reproduce`` when not given: every core on the CPU, one on a GPU
-    (units in parallel processes would share one device)."""
-    return (os.cpu_count() or 1) if device == "cpu" else 1
-
-
-def load_unit_times(path: Path = UNIT_TIMES) -> dict[str, dict[str, float]]:
-    """Seconds per unit id per experiment from a ``unit_times.json`` (empty if unreadable)."""
-    try:
-        table = json.loads(Path(path).read_text(encoding="utf-8"))["experiments"]
-        return {name: {uid: float(t) for uid, t in units.items()} for name, units in table.items()}
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        return {}
-
-
 def unit_estimates(runs: dict[str, PreparedRun], table: dict[str, dict[str, float]]) -> dict[str, list[float]]:
-    """Estimated seconds of each unit still to run, per experiment.
-
-    A unit's recorded time when the table has its id (ids hash point, unit and seeds, so a
-    changed unit is not mistaken for the old one); else the mean recorded unit of its
-    experiment; else the median of those means over all experiments. Only the order
-    matters to the scheduler, so times recorded at quick scale also rank other scales.
-    """
-    means = {name: statistics.fmean(times.values()) for name, times in table.items() if times}
-    fallback = statistics.median(means.values()) if means else FALLBACK_UNIT_S
-    return {name: [table.get(name, {}).get(task.unit_id, means.get(name, fallback)) for task in run.tasks]
+    """Estimated seconds of each unit still to run, per experiment
+    (:func:`actlab.runner.schedule.estimates`)."""
+    return {name: estimates(name, [task.unit_id for task in run.tasks], table)
             for name, run in runs.items()}
 
 
@@ -219,29 +197,5 @@ def _write_unit_times(path: Path, scale: str, workers: int, times: dict[str, dic
                       "experiments": {n: dict(sorted(t.items())) for n, t in times.items() if t}})
 
 
-class _Bar:
-    """A progress bar over all units on a TTY; plain lines (``echo``) otherwise."""
-
-    def __init__(self, total: int, show: bool) -> None:
-        from tqdm.auto import tqdm
-
-        self._bar = tqdm(total=total, desc="reproduce", unit="unit", disable=not show, file=sys.stderr)
-        self._show = show
-
-    def update(self, n: int) -> None:
-        self._bar.update(n)
-
-    def write_or_echo(self, line: str, echo) -> None:
-        if self._show:
-            self._bar.clear()
-        echo(line)
-        if self._show:
-            self._bar.refresh()
-
-    def close(self) -> None:
-        self._bar.close()
-
-
-def _progress_bar(total: int, options: RunOptions) -> _Bar:
-    show = options.progress if options.progress is not None else sys.stderr.isatty()
-    return _Bar(total, bool(show))
+def _progress_bar(total: int, options: RunOptions) -> Progress:
+    return Progress(total, "reproduce", options.progress)
