@@ -59,7 +59,7 @@ from actlab.runner.experiment import (
     register,
 )
 from actlab.runner.fields import CheckedConfig, checked
-from actlab.train.placement import to_model_device
+from actlab.device import to_model_device
 
 
 @dataclass

@@ -39,7 +39,7 @@ from collections.abc import Callable, Sequence
 import torch
 from torch import Tensor, nn
 
-from actlab.train.settings import choose
+from actlab.config import choose
 
 FIXED_VARIANCES = ("large", "small")
 LN2 = math.log(2.0)

@@ -31,6 +31,7 @@ from collections.abc import Iterator
 import torch
 from torch import nn
 
+from actlab.config import register_spec_kind
 from actlab.errors import ConfigError, did_you_mean
 
 SCHEMES = ("xavier", "he", "torch-default", "fixed-point", "orthogonal")
@@ -223,3 +224,13 @@ def initialize_(
             if layer.bias is not None:
                 layer.bias.zero_()
     return module
+
+
+def check_scheme(name: str) -> None:
+    """``ValueError`` unless ``name`` is one of :data:`SCHEMES` (config fields ``spec="init"``)."""
+    if name not in SCHEMES:
+        raise ValueError(f"must be one of {', '.join(SCHEMES)}, got {name!r}"
+                         f"{did_you_mean(name, SCHEMES, prefix='; ')}")
+
+
+register_spec_kind("init", check_scheme)

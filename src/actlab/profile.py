@@ -40,10 +40,23 @@ import pandas as pd
 from torch import Tensor, nn
 
 from actlab.errors import renamed_keywords
-from actlab.hf import THRESHOLDS, mlp_layout, mlp_sites
+from actlab.hf import THRESHOLDS
+from actlab.layout import mlp_layout, mlp_sites
 from actlab.probe.measure import measure_once
 
 SITE_METRICS = ("act_mean", "preact_neg_frac", "sparsity", "saturation_frac", "dead_frac")
+# One line per column of the report's table (the module docstring says the same at length).
+METRIC_MEANINGS = {
+    "act_mean": "activation bias: the mean of the activation's output",
+    "preact_neg_frac": "share of negative pre-activations (what a ReLU would zero)",
+    "sparsity": "share of activation outputs with |a| < 1e-7",
+    "saturation_frac": "share of outputs in the flat tails (bounded activations only)",
+    "dead_frac": "share of units with |a| < 1e-7 on every input",
+    "down_input_range": "max - min of the down-projection's input",
+    "massive_ratio": "largest |h| of the residual stream after the block over its median |h|",
+    "hidden_absmax": "largest |h| of the residual stream after the block",
+    "hidden_absmedian": "median |h| of the residual stream after the block",
+}
 DOWN_METRICS = ("down_input_range",)
 BLOCK_METRICS = ("massive_ratio", "hidden_absmax", "hidden_absmedian")
 PROFILE_METRICS = SITE_METRICS + DOWN_METRICS + BLOCK_METRICS
@@ -142,6 +155,8 @@ def profile_model(model: nn.Module, batches: Iterable[Any], *,
                          blocks=blocks or None, input_modules=list(downs) or None,
                          eps=eps,
                          forward=forward, eval_mode=eval_mode)
+    if counted.n == 0:
+        raise ValueError("profile_model: no batches to profile (the iterable was empty)")
     # the down-projection's input belongs to its MLP: report it under the site's name
     frame["layer"] = [downs.get(layer, layer) if metric in DOWN_METRICS else layer
                       for layer, metric in zip(frame["layer"], frame["metric"])]
@@ -174,6 +189,7 @@ def _figure_png(result: ProfileResult) -> bytes:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     layout = result.layout
     x = list(range(len(layout)))
@@ -194,6 +210,8 @@ def _figure_png(result: ProfileResult) -> bytes:
     mid.set(xlabel="MLP", ylabel="max - min", title="down-projection input range")
     right.bar(x, series([s.block for s in layout], "massive_ratio"))
     right.set(xlabel="block", ylabel="max |h| / median |h|", title="massive activations")
+    for ax in (left, mid, right):  # the x axis counts MLPs and blocks: whole numbers only
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     fig.suptitle(result.model_name)
     fig.tight_layout()
     buf = io.BytesIO()
@@ -216,6 +234,8 @@ def _html(result: ProfileResult, summary: dict[str, Any], png: bytes) -> str:
              + "</tr>" + rows + "</table>")
     layout = esc(json.dumps(summary["mlps"], indent=1))
     image = base64.b64encode(png).decode("ascii")
+    definitions = "".join(f"<dt>{esc(c)}</dt><dd>{esc(METRIC_MEANINGS[c])}</dd>"
+                          for c in cols if c in METRIC_MEANINGS)
     return f"""<!doctype html>
 <html><head><meta charset="utf-8"><title>actlab profile: {esc(result.model_name)}</title>
 <style>body{{font-family:sans-serif;margin:2em}}td,th{{padding:2px 8px;text-align:right}}
@@ -226,6 +246,8 @@ td:first-child{{text-align:left}}img{{max-width:100%}}</style></head><body>
 <ul>{head}</ul>
 <h2>Per layer</h2>
 {table}
+<h3>What the columns mean</h3>
+<dl>{definitions}</dl>
 <details><summary>MLP layout</summary><pre>{layout}</pre></details>
 </body></html>
 """

@@ -30,6 +30,7 @@ from actlab.activations.threshold import (
     gaussian_mask,
     gaussian_shift,
 )
+from actlab.config import register_spec_kind
 from actlab.errors import ShiftNotCalibratedError, SpecError
 
 
@@ -330,3 +331,7 @@ def make_activation(spec: str | nn.Module | Callable[[], nn.Module]) -> nn.Modul
             raise TypeError(f"activation factory returned {type(module).__name__}, not an nn.Module")
         return module
     raise SpecError(f"activation: expected a spec string, an nn.Module or a factory, got {spec!r}")
+
+
+# Config fields declared with checked(spec="activation") are checked by building the module.
+register_spec_kind("activation", activation)

@@ -33,7 +33,7 @@ def mse_loss(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     return (diff * diff).mean()
 
 
-# The engine's explicit names (actlab.train.losses); a bare "mse" means "mse_mean".
+# The engine's explicit names (actlab.nn.losses); a bare "mse" means "mse_mean".
 _NAMED_LOSSES: dict[str, LossFn] = {
     "mse_mean": mse_loss,
     "mse": mse_loss,
@@ -46,7 +46,7 @@ def resolve_loss(loss_fn: LossFn | str) -> LossFn:
 
     ``F.mse_loss`` is swapped for the equivalent :func:`mse_loss` (see there why).
     """
-    from actlab.train.losses import mse_mean
+    from actlab.nn.losses import mse_mean
 
     if loss_fn is F.mse_loss or loss_fn is mse_mean:
         return mse_loss

@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 import torch
 from torch import Tensor
 
-from actlab.train.placement import resolve_device
+from actlab.device import resolve_device
 
 # Streams of the same seed must not collide: inputs, evaluation set, model inits.
 _STREAM_OFFSETS = {"train": 0, "eval": 1, "teacher": 2, "student": 3}

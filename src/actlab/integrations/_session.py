@@ -20,10 +20,10 @@ import torch
 from torch import nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from actlab.device import move_batch
 from actlab.errors import ConfigError
 from actlab.probe.probe import Probe
 from actlab.probe.writers import PREFIX, tag
-from actlab.train.placement import move_batch
 
 __all__ = ["PREFIX", "Curvature", "ProbeSession", "key"]
 CURVATURE_LAYER = "model"  # the layer name curvature values are logged under

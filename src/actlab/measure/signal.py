@@ -25,8 +25,8 @@ from dataclasses import asdict, dataclass
 
 import torch
 
+from actlab.device import to_model_device
 from actlab.nn.deep_mlp import DeepMLP
-from actlab.train.placement import to_model_device
 
 # Per-example cost from (output net input, targets) -> one value per example.
 PerExampleCost = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]

@@ -8,7 +8,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from actlab.train.settings import choose
+from actlab.config import choose
 
 MODEL_KINDS = ("mlp", "mlp-skip", "resnet", "vit")
 

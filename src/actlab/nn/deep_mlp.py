@@ -36,8 +36,8 @@ from torch import nn
 
 from actlab import init
 from actlab.activations.spec_activation import make_activation
+from actlab.device import place
 from actlab.errors import ConfigError
-from actlab.train.placement import place
 
 Norm = Literal["batch", "layer"] | None
 SCHEMES = init.HANDBOOK_SCHEMES

@@ -10,6 +10,7 @@ import warnings
 
 from actlab.activations.grammar import split_spec
 from actlab.activations.running import check_freeze_after, check_momentum
+from actlab.config import register_spec_kind
 from actlab.errors import did_you_mean
 
 NORM_NAMES = ("none", "rmsnorm", "layernorm", "batchnorm", "percentile",
@@ -53,3 +54,7 @@ def parse_norm(spec: str) -> tuple[str, dict[str, float | int]]:
     if options and not name.startswith("percentile") and set(options) - {"eps", "momentum"}:
         raise ValueError(f"options {sorted(options)} only apply to percentile norms, got {spec!r}")
     return name, options
+
+
+# Config fields declared with checked(spec="norm") are checked by parsing.
+register_spec_kind("norm", parse_norm)

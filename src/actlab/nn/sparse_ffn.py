@@ -188,7 +188,7 @@ def sparse_inference(model: nn.Module, *, method: str = "union") -> Iterator[lis
     Swapped: every actlab :class:`~actlab.nn.ffn.FFN` / :class:`~actlab.nn.ffn.GatedFFN`
     (whole forward, :func:`sparse_ffn`); in a Hugging Face model (a ReLUfied MiniLM/BERT,
     see :func:`actlab.surgery.relufy_`) the down-projection ``nn.Linear`` of each MLP site
-    (:func:`actlab.hf.mlp_layout`), whose input is the activation's output. The original
+    (:func:`actlab.layout.mlp_layout`), whose input is the activation's output. The original
     forwards come back on exit, also after an error. The transposed down weight each swap
     uses is cached on its module (recomputed when the weight changes) and kept after exit, so
     a second context does not copy it again; ``del module._sparse_ffn_down_t`` frees it.
@@ -214,7 +214,7 @@ def sparse_inference(model: nn.Module, *, method: str = "union") -> Iterator[lis
             _swap(module, ffn_forward, patched)
             names.append(name)
     if _has_hf_modules(model):
-        from actlab.hf import mlp_layout
+        from actlab.layout import mlp_layout
 
         named = dict(model.named_modules())
         for site in mlp_layout(model):

@@ -7,7 +7,7 @@ from typing import Any
 
 from torch import nn
 
-from actlab.train.placement import model_device, move_batch
+from actlab.device import model_device, move_batch
 
 
 def default_forward(model: nn.Module, batch: Any) -> Any:

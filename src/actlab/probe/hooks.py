@@ -22,6 +22,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from actlab.layout import is_dense as _is_dense
 from actlab.probe import metrics as M
 from actlab.probe.collectors import Collector
 from actlab.probe.collectors.builtin import ActivationBackward
@@ -50,12 +51,6 @@ def _first_tensor(value: Any) -> torch.Tensor | None:
             if found is not None:
                 return found
     return None
-
-
-def _is_dense(module: nn.Module) -> bool:
-    """``nn.Linear`` or transformers' ``Conv1D`` (a linear layer with a transposed weight)."""
-    return isinstance(module, nn.Linear) or (
-        type(module).__name__ == "Conv1D" and not isinstance(module, _CONV))
 
 
 # One collector's passes in the running step: (device raw, host metadata) per pass.

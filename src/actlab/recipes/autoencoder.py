@@ -44,12 +44,12 @@ from torch import Tensor, nn
 
 from actlab.activations.calibrate import calibrate_shifts_, measured_activations
 from actlab.activations.spec_activation import SpecActivation
+from actlab.device import place, to_model_device
 from actlab.init import initialize_
 from actlab.nn.autoencoder import ConvAutoencoder, bias_decomposition, image_similarity
+from actlab.nn.losses import half_sse_to_mse_mean
 from actlab.train.callbacks import EvalLog, LossLog
 from actlab.train.loop import STATUS_DIVERGED
-from actlab.train.losses import half_sse_to_mse_mean
-from actlab.train.placement import place, to_model_device
 from actlab.train.settings import TrainSettings
 from actlab.train.supervised import train
 

@@ -40,6 +40,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from actlab.device import place, to_model_device, unit_device
 from actlab.recipes.dit_setup import (  # noqa: F401  (importable from here, as before the split)
     CUSTOM,
     DIT_S2_STEPS,
@@ -54,7 +55,6 @@ from actlab.recipes.dit_setup import (  # noqa: F401  (importable from here, as 
     scaled_warmup,
 )
 from actlab.train.callbacks import Callback, LossHistory
-from actlab.train.placement import place, to_model_device, unit_device
 
 LOSS_SEED = 1_000_003  # fixed draws of the training-loss probe (ours)
 PROBE_SEED = 1_000_033  # fixed probe batch of the hidden-state means (ours)

@@ -30,9 +30,9 @@ import torch
 from torch import Tensor, nn
 
 from actlab import analysis
+from actlab.config import CheckedConfig, checked
+from actlab.device import place
 from actlab.errors import ConfigError
-from actlab.runner.fields import CheckedConfig, checked
-from actlab.train.placement import place
 
 PAPER_STEPS = 400_000  # "Rethinking Activation Functions" §4.2: DiT-B/2 for 400,000 steps
 PAPER_EMA = 0.9999  # the DiT reference's EMA decay; "Bug or Feature²" §7's γ

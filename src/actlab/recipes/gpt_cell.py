@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from actlab.config import CheckedConfig, checked
 from actlab.errors import config_check
 from actlab.recipes.image_classifier import record_diverged
 from actlab.recipes.language_model import (
@@ -29,8 +30,7 @@ from actlab.recipes.language_model import (
     seeded_gpt,
     train_and_record,
 )
-from actlab.runner.experiment import STATUS_OK, UnitContext, UnitResult
-from actlab.runner.fields import CheckedConfig, checked
+from actlab.recipes.unit import STATUS_OK, UnitContext, UnitResult
 from actlab.train.supervised import torch_threads
 
 

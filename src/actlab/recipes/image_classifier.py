@@ -34,14 +34,14 @@ import torch
 from torch import Tensor, nn
 
 from actlab.data.images import load_image_data
+from actlab.device import to_model_device
 from actlab.errors import ConfigError
 from actlab.train.loop import STATUS_OK
-from actlab.train.placement import to_model_device
 from actlab.train.settings import TrainSettings
 from actlab.train.supervised import evaluate, train
 
 if TYPE_CHECKING:
-    from actlab.runner.experiment import UnitResult
+    from actlab.recipes.unit import UnitResult
 
 __all__ = ["FitOutcome", "ImageTrainingConfig", "activation_statistics", "adam_settings",
            "check_cifar_dir", "data_label", "fit_and_measure", "load_config_data",

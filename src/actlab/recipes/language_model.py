@@ -49,6 +49,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from actlab.config import CheckedConfig, checked
 from actlab.data.text import (
     BYTE_VOCAB,
     TextCorpus,
@@ -57,16 +58,15 @@ from actlab.data.text import (
     load_corpus,
     sample_batch,
 )
+from actlab.device import place, resolve_device, to_unit_device
 from actlab.errors import ConfigError, renamed_keywords
 from actlab.nn.gpt import GPT, GPTConfig
 from actlab.probe.forward import default_forward
-from actlab.runner.experiment import STATUS_DIVERGED, UnitContext, UnitResult
-from actlab.runner.fields import CheckedConfig, checked
+from actlab.recipes.unit import STATUS_DIVERGED, UnitContext, UnitResult
 from actlab.train.distributed import DistInfo, cleanup, init_distributed, wrap_model
 from actlab.train.loop import STATUS_OK, Batch, TrainConfig, Trainer, TrainResult
 from actlab.train.muon import MUON
 from actlab.train.optim import TRAINER_OPTIMIZERS
-from actlab.train.placement import place, resolve_device, to_unit_device
 
 EVAL_SEED = 2024  # validation windows are the same for every run and seed
 COMPILE_CHOICES = ("auto", "on", "off")

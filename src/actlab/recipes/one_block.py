@@ -31,10 +31,10 @@ import torch
 from torch import Tensor
 
 from actlab.data.synthetic import GaussianStream, seed_generator
+from actlab.nn.losses import get_loss
 from actlab.nn.one_block import OneBlock
 from actlab.train.callbacks import EvalLog, LossHistory
 from actlab.train.ensemble import Ensemble, EnsembleTrainer
-from actlab.train.losses import get_loss
 from actlab.train.optim import functional_optimizer_for
 from actlab.train.settings import TrainSettings
 

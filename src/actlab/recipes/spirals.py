@@ -2,7 +2,7 @@
 plain mini-batch SGD (the handbook page "Activations and initialization"; used by
 ``init-study``, ``dead-units`` and ``pitfalls``).
 
-The cost is computed from the output's net input (:func:`actlab.train.losses.bce_logits`),
+The cost is computed from the output's net input (:func:`actlab.nn.losses.bce_logits`),
 so it stays finite when the sigmoid saturates; a cost that still overflows marks the run
 diverged (recorded, never raised). Every epoch visits a fresh permutation of the training
 set from a seeded generator in batches of ``batch_size``, the last partial batch dropped.
@@ -39,12 +39,12 @@ import torch
 from torch import Tensor, nn
 
 from actlab.data.sampling import EpochBatches
+from actlab.device import to_model_device, to_unit_device
+from actlab.nn.losses import bce_logits
 from actlab.train.callbacks import Callback
 from actlab.train.ensemble import DEFAULT_CONDITION, Ensemble, EnsembleTrainer
 from actlab.train.functional_optim import FunctionalSGD
 from actlab.train.loop import STATUS_DIVERGED, Trainer
-from actlab.train.losses import bce_logits
-from actlab.train.placement import to_model_device, to_unit_device
 from actlab.train.settings import TrainSettings
 from actlab.train.supervised import torch_threads
 

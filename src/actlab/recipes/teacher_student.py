@@ -41,10 +41,11 @@ from torch import Tensor
 
 from actlab.activations.registry import theory_shift
 from actlab.analysis import log_steps
+from actlab.config import CheckedConfig, checked
 from actlab.data.synthetic import GaussianStream, gaussian_inputs, seed_generator, soft_targets
 from actlab.errors import ConfigError
+from actlab.nn.losses import get_loss
 from actlab.nn.residual_mlp import ResidualMLP
-from actlab.runner.fields import CheckedConfig, checked
 from actlab.train.callbacks import (
     CurvatureSchedule,
     EvalLog,
@@ -53,7 +54,6 @@ from actlab.train.callbacks import (
     top_curvature,
 )
 from actlab.train.ensemble import Ensemble, EnsembleTrainer
-from actlab.train.losses import get_loss
 from actlab.train.optim import OPTIMIZERS, functional_optimizer_for
 from actlab.train.settings import TrainSettings, settings_from
 

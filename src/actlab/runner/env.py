@@ -53,7 +53,7 @@ def environment(device: str, command: list[str] | None = None) -> dict[str, Any]
     import torch
 
     from actlab.activations import native
-    from actlab.train.precision import precision_flags
+    from actlab.device import precision_flags
 
     info: dict[str, Any] = {
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),

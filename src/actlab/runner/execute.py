@@ -124,15 +124,15 @@ def execute_unit(task: UnitTask, config: Any = None) -> dict[str, Any]:
     try:
         import torch
 
-        from actlab.train.precision import use_strict_float32
+        from actlab.device import use_strict_float32
 
         if task.threads:
             torch.set_num_threads(task.threads)
         use_strict_float32()  # TF32 off; bf16 only where a config asks for it
         _import_experiment_module(task)
+        from actlab.device import on_device
         from actlab.runner.config import build_config
         from actlab.runner.experiment import get_experiment
-        from actlab.train.placement import on_device
 
         experiment = get_experiment(task.experiment)
         if config is None:

@@ -48,11 +48,11 @@ import torch
 from torch import Tensor, nn
 from torch.func import functional_call, stack_module_state
 
+from actlab.device import resolve_device
 from actlab.train.allocator import keep_freed_memory
 from actlab.train.callbacks import Callback, fire
 from actlab.train.functional_optim import FunctionalOptimizer
 from actlab.train.graphed import GraphCaptureError, GraphedStep
-from actlab.train.placement import resolve_device
 
 InputMode = Literal["shared", "per_seed"]
 LossFn = Callable[[Any, Any], Tensor]

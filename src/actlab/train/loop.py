@@ -49,6 +49,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from actlab.device import resolve_device
 from actlab.errors import ConfigError
 from actlab.train.callbacks import Callback, DivergenceStop, EveryStep, fire
 from actlab.train.checkpoint import CHECKPOINT_NAME, load_checkpoint, save_checkpoint
@@ -56,7 +57,6 @@ from actlab.train.distributed import DistInfo, all_reduce_mean, shard, unwrap_mo
 from actlab.train.loss_fn import Batch, LossFn, default_loss
 from actlab.train.muon import MUON, muon_split
 from actlab.train.optim import optimizer_for
-from actlab.train.placement import resolve_device
 from actlab.train.settings import DTYPES, SCHEDULES, TrainSettings, choose  # noqa: F401
 from actlab.train.timing import measure_step, median_seconds  # noqa: F401  (as before)
 

@@ -3,7 +3,7 @@
 A batch is a tuple of tensors; :func:`default_loss` is a language model's (called as
 ``model(x, targets=y)``, returning ``(logits, loss)``). :class:`~actlab.train.loop.Trainer`
 and :func:`~actlab.train.timing.measure_step` take any ``loss_fn`` of this shape. (The
-losses by name, ``loss(output, target)``, are :mod:`actlab.train.losses`.)
+losses by name, ``loss(output, target)``, are :mod:`actlab.nn.losses`.)
 """
 
 from __future__ import annotations

@@ -1,90 +1,16 @@
-"""Where a unit computes: the one place the engine and the data modules learn their device.
+"""The unit's device and placement helpers; they live in :mod:`actlab.device` now (below every
+layer that places tensors), re-exported here for the imports written before."""
 
-The runner runs each unit inside :func:`on_device` (``--device cpu|cuda|cuda:N``). The engine
-(:class:`~actlab.train.loop.Trainer`, :class:`~actlab.train.ensemble.Ensemble`, the
-evaluation helpers) and the data modules read :func:`unit_device` when no device is given,
-so an experiment builds its models and data as on the CPU and never moves them itself.
-
-Random data is drawn from seeded CPU generators and then moved (:func:`to_unit_device`), so a
-unit sees the same numbers on every device and quick verdicts compare across devices.
-
-Example::
-
-    with on_device("cuda"):
-        model = place(ResidualMLP(20, 80, 10))        # parameters on cuda
-        x = to_unit_device(torch.randn(4, 20, generator=torch.Generator().manual_seed(0)))
-"""
-
-from __future__ import annotations
-
-import contextlib
-from collections.abc import Iterator, Mapping
-from contextvars import ContextVar
-from typing import Any, TypeVar
-
-import torch
-from torch import Tensor, nn
+from actlab.device import (  # noqa: F401 - re-exported
+    model_device,
+    move_batch,
+    on_device,
+    place,
+    resolve_device,
+    to_model_device,
+    to_unit_device,
+    unit_device,
+)
 
 __all__ = ["model_device", "move_batch", "on_device", "place", "resolve_device",
            "to_model_device", "to_unit_device", "unit_device"]
-
-_UNIT_DEVICE: ContextVar[torch.device | None] = ContextVar("actlab_unit_device", default=None)
-_CPU = torch.device("cpu")
-ModuleT = TypeVar("ModuleT", bound=nn.Module)
-
-
-def unit_device() -> torch.device:
-    """The device of the unit running now (CPU outside :func:`on_device`)."""
-    return _UNIT_DEVICE.get() or _CPU
-
-
-@contextlib.contextmanager
-def on_device(device: str | torch.device) -> Iterator[torch.device]:
-    """Run the block with ``device`` as the unit's device; the previous one is restored."""
-    where = torch.device(device)
-    token = _UNIT_DEVICE.set(where)
-    try:
-        yield where
-    finally:
-        _UNIT_DEVICE.reset(token)
-
-
-def resolve_device(device: str | torch.device | None = None) -> torch.device:
-    """``device`` as a :class:`torch.device`; ``None`` (or ``""``) means :func:`unit_device`."""
-    return unit_device() if device is None or device == "" else torch.device(device)
-
-
-def place(module: ModuleT, device: str | torch.device | None = None) -> ModuleT:
-    """``module`` with its parameters and buffers on ``device`` (default: the unit's)."""
-    return module.to(resolve_device(device))
-
-
-def move_batch(batch: Any, device: torch.device) -> Any:
-    """``batch`` with its tensors on ``device``: a tensor, or a dict/tuple/list of them."""
-    if isinstance(batch, Tensor):
-        return batch.to(device)
-    if isinstance(batch, Mapping):
-        return {k: move_batch(v, device) for k, v in batch.items()}
-    if isinstance(batch, (list, tuple)):
-        return type(batch)(move_batch(v, device) for v in batch)
-    return batch
-
-
-def to_unit_device(*tensors: Tensor, device: str | torch.device | None = None) -> Tensor | tuple[Tensor, ...]:
-    """The tensors on ``device`` (default: the unit's); one tensor comes back as itself, not a tuple."""
-    moved = move_batch(tensors, resolve_device(device))
-    return moved[0] if len(moved) == 1 else moved
-
-
-def model_device(model: nn.Module) -> torch.device:
-    """Where ``model``'s first parameter (or buffer) lives; CPU for a module with neither."""
-    for tensor in model.parameters():
-        return tensor.device
-    for tensor in model.buffers():
-        return tensor.device
-    return torch.device("cpu")
-
-
-def to_model_device(model: nn.Module, *tensors: Tensor) -> Tensor | tuple[Tensor, ...]:
-    """The tensors moved to where ``model`` lives (for evaluation on data held on the CPU)."""
-    return to_unit_device(*tensors, device=model_device(model))

@@ -14,28 +14,20 @@ Example::
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
 import torch
 
-from actlab.errors import ConfigError, did_you_mean
-from actlab.train.losses import canonical_loss
+from actlab.config import choose
+from actlab.errors import ConfigError
+from actlab.nn.losses import canonical_loss
 from actlab.train.muon import MUON, NS_DTYPES, check_muon_available
 from actlab.train.optim import TRAINER_OPTIMIZERS
 
 SCHEDULES = ("cosine", "linear", "constant", "trapezoid")
 DTYPES = ("float32", "float64", "bfloat16")
 TORCH_DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16}
-
-
-def choose(name: str, value: str, valid: Sequence[str]) -> str:
-    """``value`` if it is one of ``valid``, else a :class:`ConfigError` naming ``name``."""
-    if value not in valid:
-        hint = did_you_mean(str(value), valid, n=2, suffix=" ")
-        raise ConfigError(name, f"unknown {value!r}; {hint}valid: {', '.join(valid)}")
-    return value
 
 
 @dataclass

@@ -2,7 +2,7 @@
 
 :func:`train` runs the :class:`~actlab.train.loop.Trainer` for ``settings.steps`` updates
 over ``(x, y)`` in seeded epochs (:class:`~actlab.data.sampling.EpochBatches`), with the loss
-``settings.loss`` names (:mod:`actlab.train.losses`), and stops, recording the run as
+``settings.loss`` names (:mod:`actlab.nn.losses`), and stops, recording the run as
 ``diverged``, at the first non-finite loss instead of raising. :func:`evaluate` reports loss
 and accuracy. Measuring a trained classifier's activations is the image classifier recipe's
 (:mod:`actlab.recipes.image_classifier`).
@@ -18,10 +18,10 @@ import torch
 from torch import Tensor, nn
 
 from actlab.data.sampling import EpochBatches
+from actlab.device import to_model_device
+from actlab.nn.losses import canonical_loss, get_loss
 from actlab.train.callbacks import Callback, EveryStep, LossHistory
 from actlab.train.loop import STATUS_DIVERGED, STATUS_OK, Trainer, TrainResult
-from actlab.train.losses import canonical_loss, get_loss
-from actlab.train.placement import to_model_device
 from actlab.train.settings import TrainSettings
 
 __all__ = ["STATUS_DIVERGED", "STATUS_OK", "TrainResult", "evaluate", "torch_threads", "train"]

@@ -28,10 +28,11 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from actlab.config import choose
+from actlab.device import resolve_device
 from actlab.train.callbacks import Callback
 from actlab.train.loss_fn import Batch, LossFn, default_loss
-from actlab.train.placement import resolve_device
-from actlab.train.settings import DTYPES, choose
+from actlab.train.settings import DTYPES
 
 __all__ = ["BLOCK", "StepClock", "measure_step", "median_seconds", "throughput"]
 

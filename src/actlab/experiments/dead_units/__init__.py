@@ -30,6 +30,7 @@ import torch
 
 import actlab
 from actlab.data.spirals import data_seed, two_spirals
+from actlab.device import to_model_device
 from actlab.errors import ConfigError
 from actlab.experiments.dead_units.claims import claims as dead_units_claims
 from actlab.experiments.dead_units.figures import dead_units_figure
@@ -46,7 +47,6 @@ from actlab.runner.experiment import (
     register,
 )
 from actlab.runner.fields import CheckedConfig, checked
-from actlab.train.placement import to_model_device
 
 
 @dataclass

@@ -24,8 +24,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from actlab.device import to_unit_device, unit_device
 from actlab.theory.drift import SKEWED_PROBS, SKEWED_VALUES
-from actlab.train.placement import to_unit_device, unit_device
 
 LAWS = ("gaussian", "rademacher", "skewed")
 DTYPE = torch.float64

@@ -40,6 +40,7 @@ from actlab.activations.registry import theory_shift
 from actlab.activations.spec_activation import make_activation
 from actlab.analysis import log_steps
 from actlab.data.synthetic import gaussian_inputs
+from actlab.device import place
 from actlab.errors import ConfigError
 from actlab.experiments.gn_bounds.claims import claims as gn_bounds_claims
 from actlab.experiments.gn_bounds.figures import draw_figures
@@ -64,7 +65,6 @@ from actlab.theory.curvature import (
     stacked_covariance,
 )
 from actlab.train.optim import OPTIMIZERS
-from actlab.train.placement import place
 from actlab.train.settings import settings_from
 
 # Slack of the theorem checks: float64 eigen-solves are good to ~1e-13 relative.

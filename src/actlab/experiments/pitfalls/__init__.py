@@ -35,6 +35,7 @@ import torch
 from torch import nn
 
 from actlab.data.spirals import data_seed, two_spirals
+from actlab.device import place, to_unit_device
 from actlab.experiments.pitfalls.claims import DEMOS
 from actlab.experiments.pitfalls.claims import claims as pitfalls_claims
 from actlab.experiments.pitfalls.summary import build_summary
@@ -50,7 +51,6 @@ from actlab.runner.experiment import (
     register,
 )
 from actlab.runner.fields import CheckedConfig, checked
-from actlab.train.placement import place, to_unit_device
 
 
 @dataclass

@@ -27,6 +27,7 @@ import numpy as np
 import torch
 
 from actlab.data.spirals import data_seed
+from actlab.device import to_model_device
 from actlab.experiments.signal.claims import claims as signal_claims
 from actlab.experiments.signal.figures import draw_figures
 from actlab.experiments.signal.summary import (
@@ -48,7 +49,6 @@ from actlab.runner.experiment import (
     register,
 )
 from actlab.runner.fields import CheckedConfig, checked
-from actlab.train.placement import to_model_device
 
 Setting = tuple[str, str, float | None, float | None]  # activation, scheme, gain, fixed std
 HIST_EDGES = {"tanh": np.linspace(-1.0, 1.0, 41), "relu": np.linspace(0.0, 3.0, 41)}

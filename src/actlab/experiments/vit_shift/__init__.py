@@ -31,6 +31,7 @@ import pandas as pd
 import torch
 
 from actlab import analysis
+from actlab.device import place, to_model_device
 from actlab.errors import ConfigError
 from actlab.experiments.vit_shift.claims import claims as summary_claims
 from actlab.experiments.vit_shift.figures import draw_figures
@@ -46,7 +47,6 @@ from actlab.runner.experiment import (
 )
 from actlab.runner.fields import CheckedConfig, checked
 from actlab.train.optim import OPTIMIZERS
-from actlab.train.placement import place, to_model_device
 from actlab.train.settings import TrainSettings
 from actlab.train.supervised import torch_threads
 
