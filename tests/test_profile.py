@@ -150,6 +150,36 @@ def test_any_module_profile_reports_saturation_and_writes_a_report(tmp_path) -> 
     assert "data:image/png;base64," in page
     with pytest.raises(ValueError, match="no activation modules"):
         actlab.profile_model(nn.Linear(3, 3), [torch.randn(2, 3)])
+    # every column of the table is defined on the page, in one line each
+    wide = result.wide()
+    for column in wide.columns:
+        assert f"<dt>{column}</dt><dd>" in page, column
+    # no batches: an error, not an empty profile with null headlines
+    with pytest.raises(ValueError, match="no batches"):
+        actlab.profile_model(model, [])
+
+
+def test_profile_figure_ticks_whole_mlp_and_block_indices(monkeypatch) -> None:
+    import matplotlib.figure
+
+    from actlab.profile import _figure_png
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.GELU(), nn.Linear(8, 8), nn.GELU(), nn.Linear(8, 2))
+    result = actlab.profile_model(model, [torch.randn(16, 4)])
+    ticks = []
+    original = matplotlib.figure.Figure.savefig
+
+    def record(fig, *args, **kwargs):
+        for ax in fig.axes:
+            ax.figure.canvas.draw()
+            ticks.append([t for t in ax.get_xticks() if ax.get_xlim()[0] <= t <= ax.get_xlim()[1]])
+        return original(fig, *args, **kwargs)
+
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", record)
+    _figure_png(result)
+    assert len(ticks) == 3 and all(ticks)
+    assert all(float(t).is_integer() for axis in ticks for t in axis)  # two MLPs: 0 and 1
 
 
 @pytest.fixture(scope="module")

@@ -189,7 +189,7 @@ def _figure_png(result: ProfileResult) -> bytes:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from matplotlib.ticker import MaxNLocator
+    from matplotlib.ticker import MultipleLocator
 
     layout = result.layout
     x = list(range(len(layout)))
@@ -210,8 +210,13 @@ def _figure_png(result: ProfileResult) -> bytes:
     mid.set(xlabel="MLP", ylabel="max - min", title="down-projection input range")
     right.bar(x, series([s.block for s in layout], "massive_ratio"))
     right.set(xlabel="block", ylabel="max |h| / median |h|", title="massive activations")
+    step = max(1, math.ceil(len(layout) / 12))  # at most about a dozen labels
     for ax in (left, mid, right):  # the x axis counts MLPs and blocks: whole numbers only
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_xlim(-0.5, max(len(layout), 1) - 0.5)
+        ax.xaxis.set_major_locator(MultipleLocator(step))
+    if not any(s.block for s in layout):
+        right.text(0.5, 0.5, "no blocks found", ha="center", va="center",
+                   transform=right.transAxes)
     fig.suptitle(result.model_name)
     fig.tight_layout()
     buf = io.BytesIO()

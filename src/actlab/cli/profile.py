@@ -34,8 +34,9 @@ def profile(path: Path, texts_file: Path | None, out: Path | None, max_tokens: i
     """Profile the MLPs of the Hugging Face model in the local folder PATH (offline).
 
     Writes OUT/report.html and OUT/summary.json: per MLP the activation bias, negative
-    pre-activation share, sparsity, saturation, dead units and down-projection input range;
-    per layer the massive-activation ratio. One text per forward pass (no padding).
+    pre-activation share, sparsity, dead units, down-projection input range and, for bounded
+    activations only (sigmoid, tanh, ...), saturation; per layer the massive-activation
+    ratio. The report defines each column. One text per forward pass (no padding).
     """
     if not path.is_dir():
         raise ConfigError("PATH", f"no such model folder: {path}")
