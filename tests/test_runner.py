@@ -270,3 +270,11 @@ def test_a_truncated_run_file_is_named_in_one_line(tmp_path, name):
     result = toy.invoke("report", tmp_path / "toy" / "quick")
     assert result.exit_code == 2 and result.stderr.count("\n") == 1, result.output
     assert str(path) in result.stderr and "truncated" in result.stderr
+
+
+def test_report_figures_open_at_full_size_and_tables_scroll_instead_of_overflowing(tmp_path):
+    assert toy.invoke("run", "toy", "--quick", "--out", tmp_path).exit_code == 0
+    page = (tmp_path / "toy" / "quick" / "report.html").read_text()
+    assert '<a href="figures/loss.png"><img src="figures/loss.png"' in page
+    style = page[page.index("<style>"):page.index("</style>")]
+    assert "overflow-x:auto" in style[style.index("table{"):] and "overflow-wrap:anywhere" in style

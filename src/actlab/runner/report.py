@@ -22,8 +22,9 @@ MAX_FINAL_ROWS = 300
 
 _STYLE = """
 body{font-family:system-ui,sans-serif;margin:2em auto;max-width:1100px;padding:0 1em;color:#222}
-table{border-collapse:collapse;margin:0.5em 0 1.5em}th,td{border:1px solid #ccc;padding:3px 8px;
-text-align:left;vertical-align:top;font-size:0.9em}th{background:#f3f3f3}
+table{border-collapse:collapse;margin:0.5em 0 1.5em;display:block;max-width:100%;
+overflow-x:auto}th,td{border:1px solid #ccc;padding:3px 8px;
+text-align:left;vertical-align:top;font-size:0.9em;overflow-wrap:anywhere}th{background:#f3f3f3}
 td.num{text-align:right;font-family:monospace}.bad{color:#b00020}.good{color:#0a7d28}
 .undecided{color:#8a6d00}figure{display:inline-block;margin:0.5em;max-width:100%}
 figure img{max-width:100%;border:1px solid #ddd}pre{background:#f7f7f7;padding:0.5em;overflow:auto;
@@ -188,9 +189,9 @@ def _figures(run_dir: Path) -> str:
     for figure in figures:
         rel = figure.relative_to(run_dir).as_posix()
         caption = figure.relative_to(run_dir / "figures").with_suffix("").as_posix()
-        parts.append(
-            f'<figure><img src="{_href(rel)}" alt="{_e(caption)}"><figcaption>{_e(caption)}'
-            "</figcaption></figure>"
+        parts.append(  # a click opens the figure at full size
+            f'<figure><a href="{_href(rel)}"><img src="{_href(rel)}" alt="{_e(caption)}"></a>'
+            f"<figcaption>{_e(caption)} (click for full size)</figcaption></figure>"
         )
     return "\n".join(parts)
 

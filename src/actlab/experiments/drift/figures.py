@@ -25,14 +25,17 @@ def draw_figures(config: DriftConfig, table: pd.DataFrame, sweep_keys: list[Drif
         acts = [a for a in config.activations if DriftRun(cond, a).name in runs]
         if not acts:
             continue
-        fig, axes = plt.subplots(3, len(acts), figsize=(3.2 * len(acts), 8), squeeze=False)
-        for j, act in enumerate(acts):
-            for i, metric in enumerate(("weight_mean", "preact_grad_mean", "sparsity")):
+        # one row per activation, one column per quantity: the grid grows downwards, so at
+        # the report's width its text stays at the size it was drawn
+        fig, axes = plt.subplots(len(acts), 3, figsize=(12, 2.8 * len(acts) + 0.6),
+                                 squeeze=False)
+        for i, act in enumerate(acts):
+            for j, metric in enumerate(("weight_mean", "preact_grad_mean", "sparsity")):
                 plot_layer_means(axes[i, j], runs[DriftRun(cond, act).name], metric,
                                  relative=metric == "weight_mean")
                 shift = " shift" if metric == "weight_mean" else ""
-                axes[i, j].set_title(f"{act}: {metric}{shift}", fontsize=8)
-            axes[0, j].legend(fontsize=6)
+                axes[i, j].set_title(f"{act}: {metric}{shift}", fontsize=10)
+            axes[i, 0].legend(fontsize=8)
         fig.suptitle(f"drift, condition {cond}")
         ctx.save_figure(fig, f"drift_{cond}")
     keys = sorted(sweep_keys, key=lambda k: k.name)
