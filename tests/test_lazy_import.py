@@ -41,3 +41,61 @@ print("ok")
     result = _run(code)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "ok"
+
+
+# The command group imports click and its commands when imported: it is no library package.
+NOT_EXPORTING = {"actlab.cli"}
+
+
+def _packages() -> list[str]:
+    """``actlab`` and its top-level subpackages (the experiments' own packages are plugins)."""
+    root = Path(SRC) / "actlab"
+    found = ["actlab"] + [f"actlab.{p.parent.name}" for p in sorted(root.glob("*/__init__.py"))]
+    return [name for name in found if name not in NOT_EXPORTING]
+
+
+def test_every_package_exports_lazily_without_torch() -> None:
+    # Importing every package, one after another, loads no torch; then every name of every
+    # package's __all__ resolves, comes from the package's own modules and shadows no module.
+    code = f"""
+import importlib, pkgutil, sys
+packages = {_packages()!r}
+for name in packages:
+    importlib.import_module(name)
+    assert "torch" not in sys.modules, f"import {{name}} imported torch"
+for name in packages:
+    package = sys.modules[name]
+    exports = package.__getattr__.exports  # written with actlab._lazy.lazy_exports
+    assert set(exports) <= set(package.__all__) <= set(dir(package)), name
+    submodules = {{info.name for info in pkgutil.iter_modules(package.__path__)}}
+    assert not set(exports) & submodules, (name, set(exports) & submodules)
+    for export, (module, attribute) in exports.items():
+        assert name == "actlab" or module.startswith(name + "."), (name, export, module)
+        assert getattr(package, export) is getattr(importlib.import_module(module), attribute)
+    for export in package.__all__:
+        getattr(package, export)
+    for sub in submodules - {{s for s in submodules if s.startswith("_")}}:
+        assert sub in dir(package), (name, sub)
+print("ok", len(packages))
+"""
+    result = _run(code)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == f"ok {len(_packages())}"
+
+
+def test_from_package_import_name_works_for_the_engine() -> None:
+    code = """
+from actlab.train import Trainer, TrainSettings, EnsembleTrainer
+from actlab.data import load_digits
+from actlab.runner import Experiment, UnitResult
+from actlab.recipes import train_students
+from actlab.measure import signal_profile
+from actlab.theory import gaussian            # a submodule, through the package
+import actlab.train.loop
+assert Trainer is actlab.train.loop.Trainer
+assert gaussian.moments("relu").mean > 0
+print("ok")
+"""
+    result = _run(code)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "ok"

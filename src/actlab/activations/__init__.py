@@ -1,37 +1,26 @@
 """Activation library: elementwise functions, shifts, sparsity and gated units, built from spec strings.
 
-Main entry points (in :mod:`actlab.activations.spec`): :func:`activation`,
-:func:`parse_spec`, :func:`register_activation`, :func:`available_activations`,
-:func:`resolve_elementwise`, :func:`is_bounded`; :func:`calibrate_shifts_` (in
-:mod:`actlab.activations.calibrate`) measures ``shift=measured``.
+The entry points: :func:`activation` (a module from a spec string such as ``"gelu:tanh"`` or
+``"relu:shift=theory"``), :func:`parse_spec`, :func:`register_activation`,
+:func:`available_activations`, :func:`resolve_elementwise`, :func:`is_bounded`;
+:func:`calibrate_shifts_` measures ``shift=measured``. Names are imported on first use.
 """
 
 from __future__ import annotations
 
-from actlab.activations.base import Activation
-from actlab.activations.calibrate import calibrate_shifts_
-from actlab.activations.spec import (
-    ParsedSpec,
-    SpecActivation,
-    activation,
-    available_activations,
-    canonical_spec,
-    is_bounded,
-    parse_spec,
-    register_activation,
-    resolve_elementwise,
-)
+from actlab._lazy import lazy_exports
 
-__all__ = [
-    "Activation",
-    "ParsedSpec",
-    "SpecActivation",
-    "activation",
-    "available_activations",
-    "calibrate_shifts_",
-    "canonical_spec",
-    "is_bounded",
-    "parse_spec",
-    "register_activation",
-    "resolve_elementwise",
-]
+__getattr__, __dir__, __all__ = lazy_exports(__name__, {
+    "Activation": ".base",
+    "ParsedSpec": ".grammar",
+    "canonical_spec": ".grammar",
+    "parse_spec": ".grammar",
+    "SpecActivation": ".spec_activation",
+    "activation": ".spec_activation",
+    "make_activation": ".spec_activation",
+    "available_activations": ".registry",
+    "is_bounded": ".registry",
+    "register_activation": ".registry",
+    "resolve_elementwise": ".registry",
+    "calibrate_shifts_": ".calibrate",
+})

@@ -1,64 +1,34 @@
-"""Curvature operators, eigen-solvers, landscapes and gradient angles."""
+"""Curvature operators, eigen-solvers, landscapes and gradient angles.
 
-from typing import Any
+Names are imported on first use (``plot_plane`` is the one that needs Matplotlib).
+"""
 
-from actlab.curvature.angles import gradient_angle_between, models_gradient_angle
-from actlab.curvature.density import SpectralDensity, spectral_density
-from actlab.curvature.eigen import (
-    EigenInfo,
-    TraceEstimate,
-    hutchinson_trace,
-    lanczos,
-    power_iteration,
-    top_eigenvalues,
-)
-from actlab.curvature.functional import flat_gradient, select_parameters
-from actlab.curvature.landscape import (
-    PlaneGrid,
-    filter_normalized_direction,
-    initial_gradient_plane,
-    loss_plane,
-    offplane_plane,
-    project_trajectory,
-)
-from actlab.curvature.operators import (
-    CurvatureOperator,
-    DenseOperator,
-    GaussNewtonOperator,
-    HessianOperator,
-)
+from __future__ import annotations
 
-__all__ = [
-    "CurvatureOperator",
-    "DenseOperator",
-    "EigenInfo",
-    "GaussNewtonOperator",
-    "HessianOperator",
-    "PlaneGrid",
-    "SpectralDensity",
-    "TraceEstimate",
-    "filter_normalized_direction",
-    "flat_gradient",
-    "gradient_angle_between",
-    "hutchinson_trace",
-    "initial_gradient_plane",
-    "lanczos",
-    "loss_plane",
-    "models_gradient_angle",
-    "offplane_plane",
-    "plot_plane",
-    "power_iteration",
-    "project_trajectory",
-    "select_parameters",
-    "spectral_density",
-    "top_eigenvalues",
-]
+from actlab._lazy import lazy_exports
 
-
-def __getattr__(name: str) -> Any:
-    # plot_plane pulls in Matplotlib; load it only when asked for.
-    if name == "plot_plane":
-        from actlab.curvature.plots import plot_plane
-
-        return plot_plane
-    raise AttributeError(f"module 'actlab.curvature' has no attribute {name!r}")
+__getattr__, __dir__, __all__ = lazy_exports(__name__, {
+    "gradient_angle_between": ".angles",
+    "models_gradient_angle": ".angles",
+    "SpectralDensity": ".density",
+    "spectral_density": ".density",
+    "EigenInfo": ".eigen",
+    "TraceEstimate": ".eigen",
+    "hutchinson_trace": ".eigen",
+    "lanczos": ".eigen",
+    "power_iteration": ".eigen",
+    "top_eigenvalues": ".eigen",
+    "flat_gradient": ".functional",
+    "select_parameters": ".functional",
+    "PlaneGrid": ".landscape",
+    "filter_normalized_direction": ".landscape",
+    "initial_gradient_plane": ".landscape",
+    "loss_plane": ".landscape",
+    "offplane_plane": ".landscape",
+    "project_trajectory": ".landscape",
+    "CurvatureOperator": ".operators",
+    "DenseOperator": ".operators",
+    "GaussNewtonOperator": ".operators",
+    "HessianOperator": ".operators",
+    "plot_plane": ".plots",
+})

@@ -5,5 +5,15 @@
 * :mod:`actlab.integrations.lightning` — ``ProbeCallback`` for ``lightning.pytorch``
   (needs ``pip install actlab[lightning]``).
 
-Each submodule imports its framework, so import the one you use.
+Each submodule imports its framework, so import the one you use (both are reachable as
+attributes of this package, imported on first use). ``Curvature``, the curvature schedule
+both callbacks take, is exported here.
 """
+
+from __future__ import annotations
+
+from actlab._lazy import lazy_exports
+
+__getattr__, __dir__, __all__ = lazy_exports(__name__, {
+    "Curvature": "._session",
+})

@@ -8,4 +8,22 @@
   default: a small digits classifier trained once and cached) and
   :mod:`~actlab.measure.inception` (the FID variant of Inception-v3, for a weights file the
   user supplies).
+
+Names are imported on first use.
 """
+
+from __future__ import annotations
+
+from actlab._lazy import lazy_exports
+
+__getattr__, __dir__, __all__ = lazy_exports(__name__, {
+    "SignalProfile": ".signal",
+    "dead_unit_share": ".signal",
+    "signal_profile": ".signal",
+    "frechet_distance": ".fid",
+    "generative_metrics": ".fid",
+    "inception_score": ".fid",
+    "FeatureNetwork": ".feature_network",
+    "digits_feature_network": ".feature_classifier",
+    "inception_v3_fid": ".inception",
+})

@@ -1,45 +1,38 @@
-"""Model building blocks and small reference models.
+"""Model building blocks and small reference models, one readable file per model family
+(``actlab.nn.gpt``, ``actlab.nn.vit`` ...), norms and the losses by name.
 
-Heavier models live in their own modules (``actlab.nn.gpt``, ``actlab.nn.vit`` ...) and are
-imported lazily here so that ``import actlab.nn`` stays cheap.
+Names are imported on first use, so that ``import actlab.nn`` stays cheap.
 """
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from actlab._lazy import lazy_exports
 
-_LAZY = {
-    "FFN": "actlab.nn.ffn",
-    "GatedFFN": "actlab.nn.ffn",
-    "gated_ffn": "actlab.nn.ffn",
-    "matched_width": "actlab.nn.ffn",
-    "ffn_param_count": "actlab.nn.ffn",
-    "ffn_flops_per_token": "actlab.nn.ffn",
-    "sparse_down": "actlab.nn.sparse_ffn",
-    "sparse_inference": "actlab.nn.sparse_ffn",
-    "ResidualMLP": "actlab.nn.residual_mlp",
-    "OneBlock": "actlab.nn.one_block",
-    "RMSNorm": "actlab.nn.norms",
-    "PercentileLayerNorm": "actlab.nn.norms",
-    "PercentileBatchNorm": "actlab.nn.norms",
-    "make_norm": "actlab.nn.norms",
-    "GPT": "actlab.nn.gpt",
-    "GPTConfig": "actlab.nn.gpt",
-    "DiT": "actlab.nn.dit",
-    "DiTConfig": "actlab.nn.dit",
-    "dit_config": "actlab.nn.dit",
-}
-
-
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'actlab.nn' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(_LAZY)
+__getattr__, __dir__, __all__ = lazy_exports(__name__, {
+    "FFN": ".ffn",
+    "GatedFFN": ".ffn",
+    "gated_ffn": ".ffn",
+    "matched_width": ".ffn",
+    "ffn_param_count": ".ffn",
+    "ffn_flops_per_token": ".ffn",
+    "sparse_down": ".sparse_ffn",
+    "sparse_inference": ".sparse_ffn",
+    "ResidualMLP": ".residual_mlp",
+    "OneBlock": ".one_block",
+    "MLP": ".mlp",
+    "DeepMLP": ".deep_mlp",
+    "ResNet": ".resnet",
+    "ViT": ".vit",
+    "ConvAutoencoder": ".autoencoder",
+    "RMSNorm": ".norms",
+    "PercentileLayerNorm": ".norms",
+    "PercentileBatchNorm": ".norms",
+    "make_norm": ".norms",
+    "parse_norm": ".norm_spec",
+    "GPT": ".gpt",
+    "GPTConfig": ".gpt",
+    "DiT": ".dit",
+    "DiTConfig": ".dit",
+    "dit_config": ".dit",
+    "get_loss": ".losses",
+})

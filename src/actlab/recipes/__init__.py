@@ -17,4 +17,31 @@ their own.
 - :mod:`~actlab.recipes.dit_protocol`: one condition of the DiT experiments trained and
   measured (``train_condition``); its config, data and model in
   :mod:`~actlab.recipes.dit_setup`.
+- :mod:`~actlab.recipes.unit`: what a recipe that runs a whole unit receives and returns
+  (``UnitContext``, ``UnitResult``).
+
+The main entry point of each is exported here, imported on first use.
 """
+
+from __future__ import annotations
+
+from actlab._lazy import lazy_exports
+
+__getattr__, __dir__, __all__ = lazy_exports(__name__, {
+    "train_students": ".teacher_student",
+    "ImageTrainingConfig": ".image_classifier",
+    "fit_and_measure": ".image_classifier",
+    "train_binary_sgd": ".spirals",
+    "train_binary_sgd_ensemble": ".spirals",
+    "LMScale": ".language_model",
+    "train_gpt": ".language_model",
+    "train_autoencoder": ".autoencoder",
+    "train_drift_mlp": ".drift_mlp",
+    "DiffusionLoss": ".diffusion",
+    "train_diffusion": ".diffusion",
+    "train_condition": ".dit_protocol",
+    "train_one_block": ".one_block",
+    "run_gpt_cell": ".gpt_cell",
+    "UnitContext": ".unit",
+    "UnitResult": ".unit",
+})
