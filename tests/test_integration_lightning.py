@@ -84,8 +84,8 @@ def test_values_reach_the_logger_through_log_dict(tmp_path):
     logged = _logged(trainer)
     table = callback.table()
     probe = table[table.layer == "act"]
-    # every=2 counts optimizer steps (two batches each): probe steps 0, 2, 4
-    assert sorted(probe.step.unique()) == [0, 2, 4]
+    # every=2 counts optimizer steps (two batches each): probe steps 0, 2, 4 and the last, 5
+    assert sorted(probe.step.unique()) == [0, 2, 4, 5]
     assert set(logged) == {"actlab/act_mean/act", "actlab/preact_grad_mean/act",
                            "actlab/lambda_max/model"}
     # the logger's step is the 0-based optimizer step (Lightning repeats a callback's last
@@ -95,23 +95,23 @@ def test_values_reach_the_logger_through_log_dict(tmp_path):
     with torch.no_grad():
         expected = torch.tanh(initial.fc1(x0)).mean().item()
     assert logged["actlab/act_mean/act"][0] == pytest.approx(expected, rel=1e-5)
-    # λmax after the 6th optimizer step is at the final weights: the dense Hessian's top value
-    params = dict(model.named_parameters())
+    # λmax at steps 0, 3 and the last, 5, at the parameters of those steps' forward passes
+    # (as the activation statistics): step 0's is the initial weights' dense Hessian's top value
+    params = dict(initial.named_parameters())
     names, sizes = list(params), [p.numel() for p in params.values()]
 
     def loss(flat):
         chunks = {n: c.view_as(params[n]) for n, c in zip(names, torch.split(flat, sizes))}
-        return nn.functional.cross_entropy(torch.func.functional_call(model, chunks, held[0]),
+        return nn.functional.cross_entropy(torch.func.functional_call(initial, chunks, held[0]),
                                            held[1])
 
     flat = torch.cat([p.detach().reshape(-1) for p in params.values()])
     dense_max = torch.linalg.eigvalsh(torch.autograd.functional.hessian(loss, flat)).max()
     curv = table[table.metric == "lambda_max"]
-    assert curv.step.tolist() == [3, 6]
-    assert curv.value.iloc[-1] == pytest.approx(dense_max.item(), rel=1e-3)
-    for row in curv.itertuples():  # measured after optimizer step row.step (1-based)
-        assert logged["actlab/lambda_max/model"][row.step - 1] == pytest.approx(row.value,
-                                                                               rel=1e-6)
+    assert curv.step.tolist() == [0, 3, 5]
+    assert curv.value.iloc[0] == pytest.approx(dense_max.item(), rel=1e-3)
+    for row in curv.itertuples():  # logged at the same step as the activation statistics
+        assert logged["actlab/lambda_max/model"][row.step] == pytest.approx(row.value, rel=1e-6)
     _no_hooks(model)
 
 
@@ -139,7 +139,7 @@ def test_bf16_mixed_precision_is_probed(tmp_path):
     torch.manual_seed(0)
     _fit(tmp_path, Tiny(), callback, _data(), precision="bf16-mixed")
     table = callback.table()
-    assert sorted(table.step.unique()) == [0, 2, 4]
+    assert sorted(table.step.unique()) == [0, 2, 4, 5]  # and the last step
     assert table.value.map(math.isfinite).all()
 
 

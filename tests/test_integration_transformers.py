@@ -92,10 +92,10 @@ def test_values_arrive_in_tensorboard_event_files(tmp_path):
     probe_tags = {t for t in scalars if t.startswith("train/actlab/") and "/model" not in t}
     assert probe_tags == {"train/actlab/act_mean/act", "train/actlab/act_std/act",
                           "train/actlab/preact_grad_mean/act"}
-    # every=2 counts optimizer steps (two micro-batches each): probe steps 0, 2, 4 are
-    # reported at global steps 1, 3, 5
+    # every=2 counts optimizer steps (two micro-batches each): probe steps 0, 2, 4 and the
+    # last one, 5, are reported at global steps 1, 3, 5, 6
     for tag in probe_tags:
-        assert sorted(scalars[tag]) == [1, 3, 5]
+        assert sorted(scalars[tag]) == [1, 3, 5, 6]
     table = callback.table()
     for row in table[table.layer == "act"].itertuples():
         logged = scalars[f"train/actlab/{row.metric}/act"][row.step + 1]
@@ -105,24 +105,49 @@ def test_values_arrive_in_tensorboard_event_files(tmp_path):
         expected = nn.functional.gelu(initial.fc1(x0)).mean().item()
     assert scalars["train/actlab/act_mean/act"][1] == pytest.approx(expected, rel=1e-5)
 
-    # curvature after optimizer steps 3 and 6; the last is at the final weights: compare
-    # with the dense Hessian of the held-batch loss
-    assert sorted(scalars["train/actlab/lambda_max/model"]) == [3, 6]
-    assert sorted(scalars["train/actlab/hessian_trace/model"]) == [3, 6]
-    params = {n: p.detach().clone() for n, p in model.named_parameters()}
+    # curvature at probe steps 0, 3 and the last, 5: the parameters of those steps' forward
+    # passes, as the activation statistics; in the table at the same steps as theirs
+    assert sorted(scalars["train/actlab/lambda_max/model"]) == [1, 4, 6]
+    assert sorted(scalars["train/actlab/hessian_trace/model"]) == [1, 4, 6]
+    assert sorted(scalars["train/actlab/hessian_trace_stderr/model"]) == [1, 4, 6]
+    curvature_steps = set(table[table.layer == "model"].step)
+    assert curvature_steps == {0, 3, 5}
+    assert {0, 5} <= set(table[table.layer == "act"].step)  # shared steps
+    # step 0's lambda_max is the initial weights' on the held batch: the dense Hessian's
+    params = {n: p.detach().clone() for n, p in initial.named_parameters()}
     names = list(params)
     sizes = [params[n].numel() for n in names]
 
     def loss(flat):
         chunks = dict(zip(names, (c.view_as(params[n]) for c, n in
                                   zip(torch.split(flat, sizes), names))))
-        return functional_call(model, chunks, (held["x"], held["labels"]))["loss"]
+        return functional_call(initial, chunks, (held["x"], held["labels"]))["loss"]
 
     flat = torch.cat([params[n].reshape(-1) for n in names])
     hessian = torch.autograd.functional.hessian(loss, flat)
     dense_max = torch.linalg.eigvalsh(hessian).max().item()
-    assert scalars["train/actlab/lambda_max/model"][6] == pytest.approx(dense_max, rel=1e-3)
+    assert scalars["train/actlab/lambda_max/model"][1] == pytest.approx(dense_max, rel=1e-3)
+    # the Hutchinson estimate comes with its standard error: the sample's sd / sqrt(4)
+    trace = table[(table.layer == "model") & (table.metric == "hessian_trace")]
+    stderr = table[(table.layer == "model") & (table.metric == "hessian_trace_stderr")]
+    assert len(trace) == len(stderr) == 3 and (stderr.value > 0).all()
     _no_hooks(model)
+
+
+def test_the_console_gets_one_line_per_record_not_the_values(tmp_path, capsys):
+    torch.manual_seed(0)
+    data = Rows(torch.randn(32, 6), torch.ones(32, dtype=torch.long))
+    callback = ProbeCallback(every=2)  # the default metrics: many values per record
+    args = _args(tmp_path, report_to=["tensorboard"], disable_tqdm=False, logging_steps=1)
+    Trainer(model=Tiny(), args=args, train_dataset=data, callbacks=[callback]).train()
+    out = capsys.readouterr()
+    text = out.out + out.err
+    assert "actlab/" not in text  # no value printed, by the printer or the progress bar
+    lines = [line for line in text.splitlines() if line.startswith("actlab: step")]
+    assert [line.split(":")[1].strip() for line in lines] == ["step 1", "step 3", "step 5",
+                                                               "step 6"]
+    assert all("values over" in line for line in lines)
+    assert sum(1 for t in _scalars(tmp_path) if t.startswith("train/actlab/")) > 20
 
 
 def _train(tmp_path, callback, **kw):
@@ -148,14 +173,15 @@ def test_parameters_bitwise_equal_to_a_run_without_the_callback(tmp_path):
     again = ProbeCallback(every=1, curvature=Curvature(held, every=2, trace_samples=2))
     _train(tmp_path / "c", again, gradient_accumulation_steps=2)
     pick = lambda t: t[t.metric == "hessian_trace"]["value"].tolist()  # noqa: E731
-    assert pick(callback.table()) == pick(again.table()) and len(pick(again.table())) == 3
+    # six steps, every 2: steps 0, 2, 4 and the last, 5
+    assert pick(callback.table()) == pick(again.table()) and len(pick(again.table())) == 4
 
 
 def test_bf16_autocast_training_is_probed(tmp_path):
     callback = ProbeCallback(every=2, metrics=["act_mean", "preact_std"], weights=False)
     _train(tmp_path, callback, bf16=True)
     table = callback.table()
-    assert sorted(table.step.unique()) == [0, 2, 4]
+    assert sorted(table.step.unique()) == [0, 2, 4, 5]  # and the last step
     assert table.value.map(math.isfinite).all()
 
 
@@ -169,7 +195,7 @@ def test_compiled_model_gives_the_eager_values(tmp_path):
     eager = ProbeCallback(every=2, metrics=["act_mean", "preact_grad_mean"], weights=False)
     model_e = _train(tmp_path / "e", eager)
     a, b = compiled.table(), eager.table()
-    assert len(a) == len(b) == 6
+    assert len(a) == len(b) == 8  # steps 0, 2, 4 and the last, 5
     assert a.value.tolist() == pytest.approx(b.value.tolist(), rel=1e-6, abs=1e-9)
     for p, q in zip(model_c.parameters(), model_e.parameters()):
         torch.testing.assert_close(p, q)

@@ -31,7 +31,9 @@ def test_hf_trainer_example_runs_and_writes_tensorboard_values(tmp_path, monkeyp
     namespace: dict = {"__name__": "readme_hf"}
     exec(compile(_examples()[0], "README-hf", "exec"), namespace)
     table = namespace["callback"].table()
-    assert set(table.step[table.layer != "model"]) == {0, 10}
+    # every=10 over 20 steps: steps 0, 10 and the last, 19; curvature at the same steps
+    assert set(table.step[table.layer != "model"]) == {0, 10, 19}
+    assert set(table.step[table.layer == "model"]) == {0, 10, 19}
     tags = set()
     for events in (tmp_path / "runs" / "hf-probe").rglob("events.out.tfevents*"):
         acc = tb.EventAccumulator(str(events))

@@ -2,10 +2,12 @@
 optimizer step, and an optional curvature schedule on a held batch.
 
 The callbacks only translate their host's events into :meth:`ProbeSession.begin`,
-:meth:`ProbeSession.capture_grads`, :meth:`ProbeSession.optimizer_step` and
+:meth:`ProbeSession.before_update`, :meth:`ProbeSession.optimizer_step` and
 :meth:`ProbeSession.end`, and hand the returned ``{"actlab/<metric>/<layer>": value}`` dicts
 to the host's own logging. The probe runs on every rank (its statistics merge across ranks
-on each recorded step); only rank 0 returns values and measures curvature.
+on each recorded step); only rank 0 returns values and measures curvature. Activation
+statistics and curvature of a step describe the same parameters (those of that step's forward
+pass, before its update) and carry the same step; the run's last step is always recorded.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from actlab.device import move_batch
 from actlab.errors import ConfigError
 from actlab.probe.probe import Probe
+from actlab.probe.schedule import AlsoAt, as_schedule
 from actlab.probe.writers import PREFIX, tag
 
 __all__ = ["PREFIX", "Curvature", "ProbeSession", "key"]
@@ -100,14 +103,19 @@ def base_module(model: nn.Module) -> nn.Module:
         model = inner
 
 
-def measure_curvature(model: nn.Module, spec: Curvature,
-                      generator: torch.Generator) -> dict[str, float]:
-    """λmax (and top-k) and optionally the Hessian trace of ``spec.loss`` on the held batch."""
+def measure_curvature(model: nn.Module, spec: Curvature, generator: torch.Generator,
+                      parameters: Mapping[str, torch.Tensor] | None = None) -> dict[str, float]:
+    """λmax (and top-k) and optionally the Hessian trace of ``spec.loss`` on the held batch,
+    at ``parameters`` (by name; default: the model's own)."""
     from actlab.curvature import HessianOperator, hutchinson_trace, top_eigenvalues
 
     # A hook-free copy in eval mode: the probe's hooks must not see (or break under) the
     # torch.func passes, and eval() draws no dropout masks from the global RNG.
     model = _without_hooks(base_module(model)).eval()
+    if parameters is not None:
+        with torch.no_grad():
+            for name, param in model.named_parameters():
+                param.copy_(parameters[name])
     param = next(model.parameters())
     batch = move_batch(spec.batch, param.device)
     op = HessianOperator(_LossModule(model, spec.loss or hf_loss), lambda out, _: out,
@@ -117,9 +125,10 @@ def measure_curvature(model: nn.Module, spec: Curvature,
         values, _, _ = top_eigenvalues(op, spec.top_k, generator=generator)
         out = {"lambda_max": float(values[0])}
         out.update({f"lambda_{i + 1}": float(v) for i, v in enumerate(values[1:], start=1)})
-        if spec.trace_samples:
-            out["hessian_trace"] = hutchinson_trace(op, spec.trace_samples,
-                                                    generator=generator).mean
+        if spec.trace_samples:  # an estimate: its standard error goes with it
+            trace = hutchinson_trace(op, spec.trace_samples, generator=generator)
+            out["hessian_trace"] = trace.mean
+            out["hessian_trace_stderr"] = trace.std_error
     return out
 
 
@@ -138,6 +147,21 @@ def _is_main() -> bool:
     """Rank 0 of the process group, or no process group."""
     return not (torch.distributed.is_available() and torch.distributed.is_initialized()) \
         or torch.distributed.get_rank() == 0
+
+
+def one_line(step: int, logs: dict[str, float]) -> str:
+    """The console's view of one record: how many values went to the trackers, and the
+    curvature headline when there is one (the values themselves are in the trackers)."""
+    layers = {name.rsplit("/", 1)[-1] for name in logs}
+    text = f"actlab: step {step}: {len(logs)} values over {len(layers)} layers to the trackers"
+    lam = logs.get(key("lambda_max", CURVATURE_LAYER))
+    if lam is not None:
+        text += f"; lambda_max {lam:.4g}"
+    trace = logs.get(key("hessian_trace", CURVATURE_LAYER))
+    if trace is not None:
+        stderr = logs.get(key("hessian_trace_stderr", CURVATURE_LAYER), float("nan"))
+        text += f"; Hessian trace {trace:.4g} +- {stderr:.2g}"
+    return text
 
 
 def key(metric: str, layer: str) -> str:
@@ -173,15 +197,44 @@ class ProbeSession:
         self._sink = _Collect()
         self._held: list[pd.DataFrame] = []  # rows of steps not yet closed
         self._generator: torch.Generator | None = None
+        # the parameters of the step closing now, kept before its update when curvature is due
+        self._parameters_now: dict[str, torch.Tensor] | None = None
+        self.last_step: int | None = None
 
-    def begin(self, model: nn.Module) -> None:
-        """Attach the probe to ``model`` (training starts)."""
+    def begin(self, model: nn.Module, max_steps: int | None = None) -> None:
+        """Attach the probe to ``model`` (training starts). With ``max_steps`` (the run's
+        optimizer steps) the last step is recorded too, whatever the schedule."""
         self.model = base_module(model)
         self.steps = 0
-        self.probe = Probe(self.model, every=self.every, activations=self.activations,
+        self.last_step = max_steps - 1 if max_steps and max_steps > 0 else None
+        schedule = as_schedule(self.every)
+        if self.last_step is not None:
+            schedule = AlsoAt(schedule, frozenset({self.last_step}))
+        self.probe = Probe(self.model, every=schedule, activations=self.activations,
                            metrics=self.metrics, **self.probe_kwargs)
         if self.curvature is not None:
             self._generator = torch.Generator().manual_seed(self.curvature.seed)
+
+    def before_update(self) -> None:
+        """Gradients are ready, the update not yet applied: the parameters are those the
+        probe saw in this step's forward pass. Read the reduced gradients (under a process
+        group) and, when due, measure curvature here, so that a step's activation
+        statistics and curvature describe the same parameters and carry the same step."""
+        if self.probe is None:
+            return
+        if self.probe.distributed:
+            self.probe.capture_grads()
+        step = self.steps  # the 0-based step whose update comes next
+        if self.curvature is not None and _is_main() and (
+                step % self.curvature.every == 0 or step == self.last_step):
+            # kept now, measured once the step closes (mid-step the modules may hold tensors
+            # of the running graph, which a copy of the model cannot take)
+            self._parameters_now = {name: param.detach().clone()
+                                    for name, param in self.model.named_parameters()}
+
+    def capture_grads(self) -> None:
+        """The former name of :meth:`before_update`."""
+        self.before_update()
 
     def optimizer_step(self) -> dict[str, float]:
         """Close one optimizer step; the values due now, keyed ``actlab/<metric>/<layer>``."""
@@ -191,17 +244,14 @@ class ProbeSession:
         self.probe.step()
         self.steps += 1
         logs = self._probe_values(done)
-        if self.curvature is not None and self.steps % self.curvature.every == 0 and _is_main():
-            for metric, value in measure_curvature(self.model, self.curvature,
-                                                   self._generator).items():
-                self.curvature_rows.append((self.steps, CURVATURE_LAYER, metric, value))
+        if self._parameters_now is not None:
+            measured = measure_curvature(self.model, self.curvature, self._generator,
+                                         self._parameters_now)
+            self._parameters_now = None
+            for metric, value in measured.items():
+                self.curvature_rows.append((done, CURVATURE_LAYER, metric, value))
                 logs[key(metric, CURVATURE_LAYER)] = value
         return logs
-
-    def capture_grads(self) -> None:
-        """Under a process group: read the reduced gradients now (before the optimizer step)."""
-        if self.probe is not None and self.probe.distributed:
-            self.probe.capture_grads()
 
     def _probe_values(self, step: int) -> dict[str, float]:
         # Only the rows recorded since the last call are read (the cost does not grow with
@@ -223,7 +273,8 @@ class ProbeSession:
             self.probe.close()
 
     def table(self) -> pd.DataFrame:
-        """Probe rows plus curvature rows (step = optimizer steps taken), tidy columns."""
+        """Probe rows plus curvature rows, both at the 0-based step whose parameters they
+        measured (before that step's update), tidy columns."""
         parts = [self.probe.table()] if self.probe is not None else []
         if self.curvature_rows:
             parts.append(pd.DataFrame(self.curvature_rows,

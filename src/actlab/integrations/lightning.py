@@ -61,12 +61,13 @@ class ProbeCallback(Callback):
     def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         """Attach the probe (on every rank)."""
         self._seen_step = trainer.global_step
-        self.session.begin(pl_module)
+        max_steps = trainer.max_steps if trainer.max_steps and trainer.max_steps > 0 else None
+        self.session.begin(pl_module, max_steps=max_steps)
 
     def on_before_optimizer_step(self, trainer: Trainer, pl_module: LightningModule,
                                  optimizer: Any) -> None:
-        """Gradients are reduced across ranks now: read them (under a process group)."""
-        self.session.capture_grads()
+        """Gradients are reduced across ranks now, the update not yet applied."""
+        self.session.before_update()
 
     def on_train_batch_end(self, trainer: Trainer, pl_module: LightningModule, outputs: Any,
                            batch: Any, batch_idx: int) -> None:

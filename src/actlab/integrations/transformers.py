@@ -1,11 +1,13 @@
 """``ProbeCallback`` for the Hugging Face ``transformers.Trainer``.
 
 Values reach TensorBoard, W&B, MLflow, ... through the Trainer's own reporting: when a step
-has values, the callback dispatches them as one ``on_log`` event through the Trainer's
-callback handler, at that step, so every reporting callback writes them as it writes the
-loss (TensorBoard shows them as ``train/actlab/<metric>/<layer>``, the Trainer's prefix).
-A callback's own ``on_log`` would see the ``logs`` dict only after the reporters listed
-before it had written it, and only on the Trainer's logging steps.
+has values, the callback sends them as one ``on_log`` event to the Trainer's reporting
+callbacks, at that step, so each writes them as it writes the loss (TensorBoard shows them
+as ``train/actlab/<metric>/<layer>``, the Trainer's prefix). The console callbacks (the
+progress bar and the printer, which would print the whole dict) are left out; the console
+gets one line per record instead. A callback's own ``on_log`` would see the ``logs`` dict
+only after the reporters listed before it had written it, and only on the Trainer's logging
+steps.
 
 Usage::
 
@@ -21,10 +23,10 @@ from typing import Any
 
 import pandas as pd
 from transformers import TrainerCallback
-from transformers.trainer_callback import CallbackHandler
+from transformers.trainer_callback import CallbackHandler, PrinterCallback, ProgressCallback
 
 from actlab.errors import renamed_keywords
-from actlab.integrations._session import Curvature, ProbeSession
+from actlab.integrations._session import Curvature, ProbeSession, one_line
 from actlab.train.loss_spike import SERIES, SpikeGuard
 
 __all__ = ["Curvature", "LossSpikeCallback", "ProbeCallback"]
@@ -68,11 +70,11 @@ class ProbeCallback(TrainerCallback):
         """Attach the probe (on every process) and find the Trainer's callback handler."""
         self._handler = _calling_handler()
         if model is not None:
-            self.session.begin(model)
+            self.session.begin(model, max_steps=state.max_steps)
 
     def on_pre_optimizer_step(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        """Gradients are reduced across processes now: read them (under a process group)."""
-        self.session.capture_grads()
+        """Gradients are reduced across processes now, the update not yet applied."""
+        self.session.before_update()
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         """One optimizer step ended: close it and report what is due."""
@@ -80,8 +82,17 @@ class ProbeCallback(TrainerCallback):
         if not logs:
             return
         if self._handler is not None:
-            # the same event Trainer.log sends, so every reporter writes it at this step
-            self._handler.on_log(args, state, control, logs=logs)
+            # the event Trainer.log sends, dispatched by the handler itself (its arguments as
+            # the Trainer's version passes them) to the reporters only: not the console's
+            # printers, which would print every value
+            everyone = self._handler.callbacks
+            self._handler.callbacks = [c for c in everyone if not isinstance(c, _NOT_REPORTERS)]
+            try:
+                self._handler.on_log(args, state, control, logs=logs)
+            finally:
+                self._handler.callbacks = everyone
+            if state.is_world_process_zero:
+                print(one_line(state.global_step, logs))
         else:
             self._pending.update(logs)
 
@@ -132,6 +143,10 @@ class LossSpikeCallback(TrainerCallback):
                 stop |= self.guard.observe(state.global_step, series, float(logs[series]))
         if stop:
             control.should_training_stop = True
+
+
+# the console's callbacks, and the probe's own (its on_log merges values for the fallback)
+_NOT_REPORTERS = (PrinterCallback, ProgressCallback, ProbeCallback)
 
 
 def _calling_handler() -> CallbackHandler | None:

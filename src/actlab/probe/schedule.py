@@ -112,3 +112,16 @@ def as_schedule(every: int | str | Iterable[int] | Schedule) -> Schedule:
     if any(s < 0 for s in steps):
         raise ConfigError("every", "listed steps must be >= 0")
     return AtSteps(frozenset(steps))
+
+
+@dataclass(frozen=True)
+class AlsoAt(Schedule):
+    """``schedule``'s steps and the listed ``steps`` too (e.g. a run's last step)."""
+
+    schedule: Schedule
+    steps_too: frozenset[int]
+
+    def due(self, step: int) -> bool:
+        """Whether ``step`` is recorded."""
+        return step in self.steps_too or self.schedule.due(step)
+
