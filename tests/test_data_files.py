@@ -133,3 +133,33 @@ def test_random_pairs_are_seeded_standard_normal_and_independent():
     assert float(corr.abs().max()) < 0.08
     with pytest.raises(ValueError):
         random_pairs(0, 1, 1)
+
+
+def test_cifar10_bad_files_are_named_and_refused_before_a_run(tmp_path):
+    from actlab.errors import ConfigError
+    from actlab.recipes.image_classifier import check_cifar_dir
+
+    rng = np.random.default_rng(3)
+    # random bytes: refused from their first bytes, at config time
+    junk = tmp_path / "junk"
+    _write_fake_cifar(junk, 2, rng)
+    (junk / "data_batch_2").write_bytes(bytes(rng.integers(1, 40, 5000, dtype=np.uint8)))
+    with pytest.raises(ConfigError, match="data_batch_2: not a CIFAR-10 batch file") as err:
+        check_cifar_dir(str(junk))
+    assert err.value.field == "cifar_dir"
+    # a truncated pickle: refused at load, naming the file, in one line
+    cut = tmp_path / "cut"
+    _write_fake_cifar(cut, 2, rng)
+    blob = (cut / "test_batch").read_bytes()
+    (cut / "test_batch").write_bytes(blob[: len(blob) // 2])
+    with pytest.raises(ValueError) as info:
+        load_cifar10(cut)
+    assert "test_batch: not a readable CIFAR-10 batch file" in str(info.value)
+    assert "\n" not in str(info.value)
+    # labels outside 0-9: refused at load, not as an IndexError inside a loss
+    wrong = tmp_path / "labels"
+    _write_fake_cifar(wrong, 2, rng)
+    with open(wrong / "data_batch_1", "wb") as fh:
+        pickle.dump({b"data": np.zeros((2, 3072), dtype=np.uint8), b"labels": [3, 52]}, fh)
+    with pytest.raises(ValueError, match="labels must be 0-9.*found 52"):
+        load_cifar10(wrong)

@@ -236,3 +236,5 @@ def test_cli_profile_errors_are_one_line(tmp_path, minilm_path) -> None:
         lines = result.stderr.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("error:"), result.stderr
         assert "Traceback" not in result.output
+    folder = runner.invoke(main, ["profile", str(tmp_path)])
+    assert "has no config.json" in folder.stderr and str(tmp_path) in folder.stderr

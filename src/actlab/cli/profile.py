@@ -40,6 +40,9 @@ def profile(path: Path, texts_file: Path | None, out: Path | None, max_tokens: i
     """
     if not path.is_dir():
         raise ConfigError("PATH", f"no such model folder: {path}")
+    if not (path / "config.json").is_file():
+        raise ConfigError("PATH", f"{path} has no config.json: not a Hugging Face model folder "
+                                  "(save_pretrained writes one)")
     texts = read_texts(texts_file) if texts_file is not None else None
     from actlab.data.text import docstrings
     from actlab.hf import encode_each, load_hf_model

@@ -24,10 +24,18 @@ CIFAR10_STD = (0.2470, 0.2435, 0.2616)
 
 
 def find_cifar10(root: str | Path) -> Path:
-    """The directory with CIFAR-10's batch files under ``root``; ``FileNotFoundError`` if none."""
+    """The directory with CIFAR-10's batch files under ``root``; ``FileNotFoundError`` if
+    none, ``ValueError`` naming a file that is empty or does not start as a pickle (checked
+    from its first bytes, so a run refuses it before any unit starts)."""
     root = Path(root).expanduser()
     for candidate in (root, root / "cifar-10-batches-py"):
         if all((candidate / name).is_file() for name in (*TRAIN_FILES, TEST_FILE)):
+            for name in (*TRAIN_FILES, TEST_FILE):
+                with open(candidate / name, "rb") as handle:
+                    head = handle.read(2)
+                if len(head) < 2 or head[0] not in PICKLE_OPENINGS:
+                    raise ValueError(f"{candidate / name}: not a CIFAR-10 batch file (empty or "
+                                     "not a pickle)")
             return candidate
     missing = [name for name in (*TRAIN_FILES, TEST_FILE) if not (root / name).is_file()]
     raise FileNotFoundError(
@@ -46,6 +54,12 @@ _ALLOWED = {
     *((f"{core}.multiarray", "_reconstruct") for core in ("numpy.core", "numpy._core")),
     *((f"{core}.numeric", "_frombuffer") for core in ("numpy.core", "numpy._core")),
 }
+
+
+# The first byte of a pickle: PROTO (protocol 2 and later, as the dataset's files) or, for
+# protocols 0 and 1, the opcodes a dict of lists can start with (MARK, EMPTY_DICT, EMPTY_LIST,
+# GLOBAL).
+PICKLE_OPENINGS = frozenset(b"\x80(}]c")
 
 
 class UnsafePickleError(ValueError):
@@ -76,9 +90,17 @@ def _numpy_core() -> str:
 
 
 def safe_load_pickle(path: Path) -> Any:
-    """Unpickle a CIFAR-10 batch file, resolving only numpy-array globals."""
+    """Unpickle a CIFAR-10 batch file, resolving only numpy-array globals; a file that is
+    not a pickle, or is cut short, raises ``ValueError`` naming it."""
     with open(path, "rb") as handle:
-        return _CifarUnpickler(handle, path).load()
+        try:
+            return _CifarUnpickler(handle, path).load()
+        except UnsafePickleError:
+            raise
+        except (pickle.UnpicklingError, EOFError, ValueError, TypeError) as exc:
+            raise ValueError(f"{path}: not a readable CIFAR-10 batch file ({type(exc).__name__}: "
+                             f"{exc}); the file is truncated or is not the dataset's "
+                             "python version") from None
 
 
 def _read_batch(path: Path) -> tuple[np.ndarray, np.ndarray]:
@@ -94,7 +116,12 @@ def _read_batch(path: Path) -> tuple[np.ndarray, np.ndarray]:
     if data.ndim != 2 or data.shape[1] != 3072 or len(labels) != len(data):
         raise ValueError(f"{path.name}: expected (N, 3072) uint8 data with N labels, "
                          f"got {data.shape} and {len(labels)} labels")
-    return data.reshape(-1, 3, 32, 32), np.asarray(labels, dtype=np.int64)
+    labels = np.asarray(labels, dtype=np.int64)
+    bad = labels[(labels < 0) | (labels >= 10)]
+    if bad.size:  # caught here, not as an IndexError deep in a loss
+        raise ValueError(f"{path}: labels must be 0-9 (ten classes), found {int(bad[0])} "
+                         f"({bad.size} out of range)")
+    return data.reshape(-1, 3, 32, 32), labels
 
 
 def load_cifar10(root: str | Path, *, normalize: bool = True, limit_train: int | None = None,

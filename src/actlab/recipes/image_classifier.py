@@ -66,7 +66,7 @@ def check_cifar_dir(cifar_dir: str) -> None:
 
         try:
             find_cifar10(cifar_dir)
-        except FileNotFoundError as exc:
+        except (FileNotFoundError, ValueError) as exc:
             raise ConfigError("cifar_dir", str(exc)) from None
 
 

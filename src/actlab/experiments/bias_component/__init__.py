@@ -110,7 +110,7 @@ class BiasComponentConfig(CheckedConfig):
 
             try:
                 find_cifar10(self.data_dir)
-            except FileNotFoundError as exc:
+            except (FileNotFoundError, ValueError) as exc:
                 raise ConfigError("data_dir", str(exc)) from None
 
 
