@@ -57,12 +57,35 @@ def _uses_module_fixture(item: pytest.Item) -> bool:
                for defs in info.name2fixturedefs.values() if defs)
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Keep each module that shares a module-scoped fixture on one xdist worker."""
+def _group_of(item: pytest.Item) -> str:
+    """The xdist group of ``item`` as ``--dist loadgroup`` names it ('' for none)."""
+    names = {str(mark.args[0] if mark.args else mark.kwargs.get("name", "default"))
+             for mark in item.iter_markers("xdist_group")}
+    return "_".join(sorted(names))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]):
+    """Keep each module that shares a module-scoped fixture on one xdist worker (before
+    xdist reads the groups), and make ``--dist loadgroup`` see the groups (after it).
+
+    xdist 3.8 tells its scheduler a test's group by appending ``@group`` to the test's id
+    through ``item._nodeid``, which pytest 9.2 no longer reads (pytest-dev/pytest-xdist#1386),
+    so the groups would be silently ignored. Where that suffix is missing, it is set on the
+    structured id instead; where xdist set it (older pytest, a fixed xdist), nothing changes.
+    """
     for item in items:
         if item.get_closest_marker("xdist_group") is None and _uses_module_fixture(item):
             item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
+    result = yield
+    if getattr(config.option, "loadgroup", False):  # set by xdist on its workers
+        for item in items:
+            group = _group_of(item)
+            if group and not item.nodeid.endswith(f"@{group}") and hasattr(item, "_id"):
+                from _pytest.nodeid import NodeId
+
+                item._id = NodeId.parse(f"{item.nodeid}@{group}")
+    return result
 
 
 @pytest.fixture

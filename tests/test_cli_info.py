@@ -67,6 +67,7 @@ def test_user_errors_are_one_line_exit_code_2(args, fragment):
     assert "Traceback" not in result.output
 
 
+@pytest.mark.slow
 def test_installed_script_errors_without_traceback():
     script = Path(sys.executable).parent / "actlab"
     if not script.exists():

@@ -10,6 +10,9 @@ import torch
 
 import _toy_experiments as toy
 
+# run starts a pool of every core: one xdist worker runs these (tests/conftest.py)
+pytestmark = pytest.mark.xdist_group("processes")
+
 
 def test_run_list_shows_experiments_with_descriptions():
     result = toy.invoke("run", "--list")
@@ -19,6 +22,7 @@ def test_run_list_shows_experiments_with_descriptions():
     assert toy.invoke("run").exit_code == 2  # no experiment and no --list
 
 
+@pytest.mark.slow
 def test_plain_progress_lines_without_tty_and_env_records_the_command(tmp_path):
     result = toy.invoke("run", "toy", "--quick", "--set", "acts=relu", "--out", tmp_path)
     assert result.exit_code == 0
@@ -88,6 +92,7 @@ def test_tensorboard_and_mlflow_sinks_receive_the_table(tmp_path):
     assert run.data.metrics["summary/final_loss/tanh"] == pytest.approx(losses[-1])
 
 
+@pytest.mark.slow
 def test_native_flag_turns_the_kernels_on_and_is_recorded(tmp_path, monkeypatch):
     from actlab.activations import native
 

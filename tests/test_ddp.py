@@ -21,7 +21,8 @@ from safetensors.torch import load_file
 from actlab.nn.gpt import GPT, GPTConfig
 from actlab.recipes.language_model import main
 
-pytestmark = pytest.mark.xdist_group("processes")  # torchrun, 2 ranks (tests/conftest.py)
+pytestmark = [pytest.mark.slow,
+              pytest.mark.xdist_group("processes")]  # torchrun, 2 ranks (tests/conftest.py)
 
 ARGS = ["--steps", "3", "--batch-size", "8", "--block-size", "16", "--n-layer", "2",
         "--n-head", "2", "--n-embd", "16", "--warmup", "1", "--lr", "1e-2", "--eval-every", "3",

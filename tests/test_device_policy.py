@@ -39,6 +39,8 @@ def test_ray_asks_for_a_gpu_per_task_only_on_cuda():
     assert ray_resources("cuda:3") == {"num_cpus": 1, "num_gpus": 1}
 
 
+@pytest.mark.xdist_group("processes")  # run: a pool of every core (tests/conftest.py)
+@pytest.mark.slow
 def test_strict_float32_turns_tf32_off_and_env_records_it(tmp_path):
     saved = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32,
              torch.get_float32_matmul_precision())

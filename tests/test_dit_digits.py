@@ -20,6 +20,8 @@ from actlab.nn.dit import DiT, DiTConfig
 from actlab.recipes.diffusion import GaussianDiffusion, ddim_sample, diffusion_loss, train_diffusion
 from actlab.train.settings import TrainSettings
 
+pytestmark = pytest.mark.slow  # the module trains one DiT for all its tests
+
 CONFIG = DiTConfig(input_size=8, patch_size=2, in_channels=1, hidden_size=64, depth=2,
                    num_heads=4, num_classes=10, learn_sigma=False)
 LABELS = torch.arange(10).repeat_interleave(20)

@@ -250,6 +250,7 @@ def test_a_real_run_through_the_runner(name, n_units, tmp_path):
 
 
 @pytest.mark.parametrize("name", ["dit-shift", "dit-percentile"])
+@pytest.mark.slow
 def test_every_seed_is_summarised_and_every_claim_judged_on_its_sample(name, tmp_path):
     import json
 
@@ -312,6 +313,7 @@ def _latents(tmp_path: Path) -> str:
     "name, model, depth, hidden",
     [("dit-shift", "DiT-B/2", 12, 768), ("dit-percentile", "DiT-S/2", 12, 384)],
 )
+@pytest.mark.slow
 def test_the_papers_models_walk_on_meta(name, model, depth, hidden, tmp_path):
     experiment = get_experiment(name)
     overrides = {

@@ -13,6 +13,7 @@ import pytest
 SCRIPT = Path(__file__).resolve().parent.parent / "benchmarks" / "gpt_step.py"
 
 
+@pytest.mark.slow
 def test_smoke_run_prints_both_optimizers_and_their_ratios_as_json_last():
     env = {**os.environ, "PYTHONPATH": str(SCRIPT.parent.parent / "src"), "OMP_NUM_THREADS": "1"}
     result = subprocess.run([sys.executable, str(SCRIPT), "--smoke"], capture_output=True,

@@ -17,6 +17,7 @@ pytest.importorskip("transformers")
 pytest.importorskip("accelerate")
 pytestmark = [pytest.mark.skipif(not torch.distributed.is_available() or sys.platform == "win32",
                                  reason="needs torch.distributed with gloo"),
+              pytest.mark.slow,
               pytest.mark.xdist_group("processes")]  # 2 ranks: one xdist worker runs these
 
 WORLD, PER_RANK, STEPS, ROWS = 2, 3, 4, 24

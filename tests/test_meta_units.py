@@ -94,6 +94,7 @@ def _config(experiment):
 
 
 @pytest.mark.parametrize("name", _built_in())
+@pytest.mark.slow
 def test_every_unit_runs_on_the_units_device(name, tmp_path):
     experiment = get_experiment(name)
     config = _config(experiment)

@@ -96,6 +96,7 @@ def runs() -> dict:
     return {"eager": eager, "compiled": compiled}
 
 
+@pytest.mark.slow
 def test_compiled_metrics_equal_eager(runs: dict) -> None:
     eager, compiled = runs["eager"]["table"], runs["compiled"]["table"]
     assert set(eager.metric) == set(compiled.metric)
@@ -118,12 +119,14 @@ def test_compiled_metrics_equal_eager(runs: dict) -> None:
         assert row.value_compiled == pytest.approx(row.value_eager, rel=1e-9, abs=1e-12), row
 
 
+@pytest.mark.slow
 def test_compiled_histograms_equal_eager(runs: dict) -> None:
     eager, compiled = runs["eager"]["hist"], runs["compiled"]["hist"]
     assert len(eager) and len(compiled) == len(eager)
     pd.testing.assert_frame_equal(compiled.reset_index(drop=True), eager.reset_index(drop=True))
 
 
+@pytest.mark.slow
 def test_no_recompiles_two_graphs_no_graph_breaks(runs: dict) -> None:
     compiled = runs["compiled"]
     assert compiled["frames"] == compiled["frames_after_warmup"]  # zero recompiles after warm-up
@@ -132,12 +135,14 @@ def test_no_recompiles_two_graphs_no_graph_breaks(runs: dict) -> None:
     assert compiled["graph_breaks"] == {}
 
 
+@pytest.mark.slow
 def test_layer_names_as_in_the_unwrapped_model(runs: dict) -> None:
     assert runs["compiled"]["sites"] == runs["eager"]["sites"] == ["act1", "act2", "act3",
                                                                   "act4"]
     assert not runs["compiled"]["table"].layer.str.contains("_orig_mod").any()
 
 
+@pytest.mark.slow
 def test_compiled_probe_records_everything_without_warnings(runs: dict) -> None:
     assert not [str(w.message) for w in runs["compiled"]["warnings"]]
     assert not runs["eager"]["warnings"]

@@ -34,6 +34,7 @@ COLLECTIVES = ("all_reduce", "all_gather", "all_gather_into_tensor", "all_gather
 
 pytestmark = [pytest.mark.skipif(not dist.is_available() or sys.platform == "win32",
                                  reason="needs torch.distributed with gloo"),
+              pytest.mark.slow,
               pytest.mark.xdist_group("processes")]  # 2 ranks: one xdist worker runs these
 
 

@@ -17,6 +17,8 @@ from actlab.runner.report import judged_text
 
 import _toy_experiments as toy
 
+# run and reproduce start a pool of every core: one xdist worker runs these (tests/conftest.py)
+pytestmark = pytest.mark.xdist_group("processes")
 
 class References(HTMLParser):
     """Collects href/src attributes and the page's text."""
@@ -60,6 +62,7 @@ def faulty_run(tmp_path_factory):
     return out / "toy" / "faults"
 
 
+@pytest.mark.slow
 def test_run_report_is_self_contained_and_lists_failures(faulty_run):
     page = faulty_run / "report.html"
     parser = parse(page)
@@ -92,7 +95,7 @@ def test_report_of_a_folder_that_is_not_a_run_exits_2(tmp_path):
     assert result.exit_code == 2 and "config.json" in result.stderr
 
 
-@pytest.mark.xdist_group("processes")  # reproduce: a pool of every core (tests/conftest.py)
+@pytest.mark.slow
 def test_reproduce_writes_an_index_and_lists_failed_experiments(tmp_path):
     result = toy.invoke("reproduce", "--quick", "--only", "toy-broken-summary,toy", "--out", tmp_path)
     assert result.exit_code == 1
@@ -145,6 +148,7 @@ def _assert_images_load(folder, images) -> None:
 
 
 @pytest.mark.skipif(_chromium() is None, reason="Chromium is not installed")
+@pytest.mark.slow
 def test_report_renders_headless_with_every_image_loaded(faulty_run):
     images = parse(faulty_run / "report.html").images
     _assert_images_load(faulty_run, images)
@@ -161,6 +165,7 @@ def _sections(page: Path) -> list[str]:
     return re.findall(r"<h2[^>]*>([^<]+)</h2>", page.read_text(encoding="utf-8"))
 
 
+@pytest.mark.slow
 def test_run_report_shows_figures_then_claims_and_folds_the_summary(faulty_run):
     page = faulty_run / "report.html"
     heads = _sections(page)
@@ -179,7 +184,7 @@ def reproduced(tmp_path_factory):
     return out
 
 
-@pytest.mark.xdist_group("processes")  # reproduce: a pool of every core (tests/conftest.py)
+@pytest.mark.slow
 def test_index_opens_with_an_overview_of_counts_and_headline_thumbnails(reproduced):
     index = reproduced / "index.html"
     parser = parse(index)
@@ -236,8 +241,8 @@ def test_every_declared_headline_figure_is_one_the_experiment_saves():
             assert any(p.match(figure) for p in patterns), (name, figure)
 
 
-@pytest.mark.xdist_group("processes")  # reproduce: a pool of every core (tests/conftest.py)
 @pytest.mark.skipif(_chromium() is None, reason="Chromium is not installed")
+@pytest.mark.slow
 def test_index_renders_headless_with_thumbnails_loaded_and_a_screenshot(reproduced):
     index = reproduced / "index.html"
     images = parse(index).images

@@ -37,6 +37,7 @@ def _summaries(out: Path) -> dict[str, object]:
 
 
 @pytest.mark.xdist_group("processes")  # a pool of 2 workers (tests/conftest.py)
+@pytest.mark.slow
 def test_one_and_two_workers_give_bit_identical_summaries(tmp_path):
     one = toy.invoke("reproduce", "--quick", "--only", CHEAP, "--workers", "1", "--out", tmp_path / "w1")
     assert one.exit_code == 0, one.output
@@ -139,6 +140,7 @@ def test_resume_runs_nothing_and_rewrites_every_report(scheduled, monkeypatch):
 
 
 @pytest.mark.xdist_group("processes")  # a pool of 2 workers (tests/conftest.py)
+@pytest.mark.slow
 def test_a_unit_that_kills_its_worker_fails_alone(tmp_path):
     result = toy.invoke("run", "toy", "--quick", "--set", "crash_act=tanh", "--set", "acts=relu,tanh,sigmoid",
                         "--workers", "2", "--out", tmp_path)

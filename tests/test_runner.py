@@ -15,6 +15,10 @@ from actlab.runner.plan import make_plan, parse_grid, unit_id
 
 import _toy_experiments as toy
 
+# run, sweep and reproduce start a pool of every core: one xdist worker runs these
+# (tests/conftest.py)
+pytestmark = pytest.mark.xdist_group("processes")
+
 
 def read_rows(path: Path) -> list[dict[str, str]]:
     with open(path, newline="") as handle:
@@ -44,6 +48,7 @@ def test_plan_ids_seed_groups_and_grid_parsing():
         "lr": ["0.1", "0.2", "0.3"], "acts": ["relu,tanh", "relu"]}
 
 
+@pytest.mark.slow
 def test_run_writes_the_run_directory(tmp_path):
     result = toy.invoke("run", "toy", "--quick", "--out", tmp_path)
     assert result.exit_code == 0, result.output
@@ -76,6 +81,7 @@ def test_run_writes_the_run_directory(tmp_path):
     assert parquet["value"].tolist() == [float(r["value"]) for r in rows]
 
 
+@pytest.mark.slow
 def test_same_command_twice_gives_byte_identical_metrics(tmp_path):
     args = ["run", "toy", "--quick", "--set", "acts=relu,sigmoid", "--seeds", "3"]
     first = toy.invoke(*args, "--out", tmp_path / "a")
@@ -93,6 +99,7 @@ def test_same_command_twice_gives_byte_identical_metrics(tmp_path):
     assert c != a and len(c) < len(a)  # 2 seeds instead of 3: a real, different table
 
 
+@pytest.mark.slow
 def test_diverged_and_failed_units_are_recorded_and_the_run_goes_on(tmp_path):
     result = toy.invoke("run", "toy", "--quick", "--set", "acts=relu,tanh,sigmoid",
                         "--set", "fail_act=tanh", "--set", "diverge_act=relu", "--out", tmp_path,
@@ -209,6 +216,7 @@ def test_a_dead_worker_fails_its_unit_instead_of_the_sweep():
     assert _result_or_failure(lambda: {"id": "abc", "status": "ok"}, task)["status"] == "ok"
 
 
+@pytest.mark.slow
 def test_finished_units_are_never_discarded_without_overwrite(tmp_path):
     first = toy.invoke("run", "toy", "--quick", "--out", tmp_path)
     assert first.exit_code == 0, first.output
@@ -262,6 +270,7 @@ def test_bounded_fields_refuse_non_finite_values_built_directly(value):
 
 @pytest.mark.parametrize("name", ["summary.json", "metrics.csv", "config.json", "claims.json",
                                   "status.json"])
+@pytest.mark.slow
 def test_a_truncated_run_file_is_named_in_one_line(tmp_path, name):
     assert toy.invoke("run", "toy", "--quick", "--out", tmp_path).exit_code == 0
     path = tmp_path / "toy" / "quick" / name

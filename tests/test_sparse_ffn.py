@@ -161,6 +161,7 @@ def test_relufied_minilm_matches_dense() -> None:
     assert (sparse - dense).abs().max() <= ATOL
 
 
+@pytest.mark.slow
 def test_benchmark_quick_runs() -> None:
     proc = subprocess.run(
         [

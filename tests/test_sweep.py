@@ -13,6 +13,10 @@ import pytest
 
 import _toy_experiments as toy
 
+# a sweep starts a pool of every core, the SIGKILL test a CLI process too: one xdist worker
+# runs these (tests/conftest.py)
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("processes")]
+
 SWEEP = ["sweep", "toy", "--quick", "--grid", "lr=0.05,0.1", "--seeds", "2"]
 
 
@@ -34,7 +38,6 @@ def test_sweep_puts_every_grid_point_in_one_table(tmp_path):
     assert {c["point"] for c in claims} == {"lr=0.05", "lr=0.1"}
 
 
-@pytest.mark.xdist_group("processes")  # a CLI process, then a pool of 2 (tests/conftest.py)
 def test_sigkill_mid_sweep_then_resume_gives_the_uninterrupted_table(tmp_path):
     args = [*SWEEP, "--set", "sleep=0.25", "--name", "killed"]
     reference = toy.invoke(*args, "--out", tmp_path / "ref")

@@ -10,7 +10,8 @@ import _toy_experiments as toy
 
 ray = pytest.importorskip("ray", reason="the ray extra is not installed")
 
-pytestmark = pytest.mark.xdist_group("processes")  # a Ray instance (tests/conftest.py)
+pytestmark = [pytest.mark.slow,
+              pytest.mark.xdist_group("processes")]  # a Ray instance (tests/conftest.py)
 
 ARGS = ["sweep", "toy", "--quick", "--grid", "lr=0.05,0.1", "--seeds", "2",
         "--set", "acts=relu,tanh,sigmoid", "--set", "fail_act=sigmoid", "--set", "diverge_act=relu"]

@@ -132,6 +132,7 @@ def test_summary_helpers_on_hand_made_curves():
     assert log_steps(100, 10, also=[5])[:2] == [0, 1] and 5 in log_steps(100, 10, also=[5])
 
 
+@pytest.mark.slow
 def test_teacher_student_experiment_end_to_end(tmp_path):
     overrides = {**TINY, "activations": ["relu"], "curvature_seeds": 1, "curvature_points": 2,
                  "landscape_points": 5, "angle_steps": [1, 5]}
@@ -177,6 +178,7 @@ def test_teacher_student_experiment_end_to_end(tmp_path):
     assert held["angle-falls-over-k"] is None  # angle_steps [1, 5]: no k = 20 or 100
 
 
+@pytest.mark.slow
 def test_shift_sweep_size_sweep_ablations_end_to_end(tmp_path):
     tiny = {**TINY, "steps": 20, "log_points": 3}
     _, sweep, _, _ = _run("shift-sweep", {**tiny, "activations": ["relu"],

@@ -36,6 +36,7 @@ def _run(name: str, overrides: dict, seeds: list[int], tmp_path):
     return exp, summary, results, table
 
 
+@pytest.mark.slow
 def test_bias_component_writes_summary_figures_and_claims(tmp_path):
     outcome = run_experiment("bias-component", "default", AE_TINY, n_seeds=1,
                              options=RunOptions(out=tmp_path, progress=False))
@@ -75,6 +76,7 @@ def test_bias_component_writes_summary_figures_and_claims(tmp_path):
     assert all(n.startswith(words[c.held]) for n, c in zip(summary["note"], pooled, strict=True))
 
 
+@pytest.mark.slow
 def test_bias_component_measurements_are_consistent_and_deterministic(tmp_path):
     exp, summary, results, table = _run("bias-component", AE_TINY, [3], tmp_path)
     again = _run("bias-component", AE_TINY, [3], tmp_path / "again")[3]
