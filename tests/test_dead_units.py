@@ -154,3 +154,16 @@ def test_config_errors_name_the_field(overrides, message):
 
     with pytest.raises(ConfigError, match=message):
         DeadUnitsExperiment.Config(**overrides)
+
+
+def test_runs_are_named_by_the_rates_they_train_at():
+    from actlab.errors import ConfigError
+    from actlab.experiments.dead_units import DeadUnitsConfig, DeadUnitsExperiment
+
+    default = DeadUnitsExperiment().units(DeadUnitsConfig())
+    assert [u.get("run") for u in default] == ["relu-lr4", "relu-lr0.5", "leaky_relu-lr4", None]
+    changed = DeadUnitsExperiment().units(DeadUnitsConfig(lr_large=2.0, lr_small=0.1))
+    assert [u.get("run") for u in changed][:3] == ["relu-lr2", "relu-lr0.1", "leaky_relu-lr2"]
+    with pytest.raises(ConfigError, match="must differ") as err:
+        DeadUnitsConfig(lr_large=0.5)
+    assert err.value.field == "lr_small"

@@ -34,7 +34,7 @@ from actlab.device import to_model_device
 from actlab.errors import ConfigError
 from actlab.experiments.dead_units.claims import claims as dead_units_claims
 from actlab.experiments.dead_units.figures import dead_units_figure
-from actlab.experiments.dead_units.summary import SHALLOW_RUNS, build_summary
+from actlab.experiments.dead_units.summary import build_summary, shallow_runs
 from actlab.measure.signal import dead_unit_share
 from actlab.nn.deep_mlp import DeepMLP, deep_mlp
 from actlab.recipes.spirals import train_binary_sgd_ensemble
@@ -69,6 +69,8 @@ class DeadUnitsConfig(CheckedConfig):
         """A batch must fit in the training set."""
         if self.batch_size > self.n_train:
             raise ConfigError("batch_size", f"must be <= n_train ({self.n_train})")
+        if f"{self.lr_large:g}" == f"{self.lr_small:g}":  # the runs are named by their rates
+            raise ConfigError("lr_small", f"must differ from lr_large ({self.lr_large:g})")
 
 
 def dead_shares(model: DeepMLP, x: torch.Tensor, batch_size: int) -> dict:
@@ -113,7 +115,7 @@ class DeadUnitsExperiment(Experiment):
 
     def units(self, config: DeadUnitsConfig) -> list[dict]:
         """One unit per shallow run (its seeds train as one ensemble), one for the deep stack."""
-        return [{"part": "shallow", "run": run} for run in SHALLOW_RUNS] + [{"part": "deep"}]
+        return [{"part": "shallow", "run": run} for run in shallow_runs(config)] + [{"part": "deep"}]
 
     def run_unit(self, config: DeadUnitsConfig, unit: dict, seeds: list[int],
                  ctx: UnitContext) -> UnitResult:
@@ -133,7 +135,7 @@ class DeadUnitsExperiment(Experiment):
                     result.add("deep", seed, 0, str(layer), "dead_share_one_batch", batch)
             return result
         run = unit["run"]
-        activation, lr_field = SHALLOW_RUNS[run]
+        activation, lr_field = shallow_runs(config)[run]
         models = [deep_mlp(2, config.hidden, 1, 1, activation=activation, scheme="he", seed=seed)
                   for seed in seeds]
         # Per member, (epoch, dead share, inactive share); rows are written seed by seed below.

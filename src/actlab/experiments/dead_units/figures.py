@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from actlab.experiments.dead_units.summary import SHALLOW_RUNS
+from actlab.experiments.dead_units.summary import shallow_runs
 from actlab.plotting import pyplot
 from actlab.runner.experiment import RunContext
 
@@ -18,7 +18,7 @@ def dead_units_figure(table, config: DeadUnitsConfig, ctx: RunContext) -> None:
     plt = pyplot()
 
     fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.2))
-    for i, run in enumerate(SHALLOW_RUNS):
+    for i, run in enumerate(shallow_runs(config)):
         rows = table[(table["run"] == run) & (table["metric"] == "dead_share")]
         curve = rows.groupby("step")["value"].mean()
         left.plot(curve.index, 100 * curve.values, color=f"C{i}", label=run)

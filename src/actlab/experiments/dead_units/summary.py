@@ -9,9 +9,15 @@ from actlab.analysis import mean_or_nan, seeds_in
 if TYPE_CHECKING:
     from actlab.experiments.dead_units import DeadUnitsConfig
 
-# run -> (activation, learning rate attribute of the config)
-SHALLOW_RUNS = {"relu-lr4": ("relu", "lr_large"), "relu-lr0.5": ("relu", "lr_small"),
-                "leaky_relu-lr4": ("leaky_relu", "lr_large")}
+# the shallow runs in order (large rate, small rate, leaky): (activation, rate field)
+SHALLOW_ROLES = (("relu", "lr_large"), ("relu", "lr_small"), ("leaky_relu", "lr_large"))
+
+
+def shallow_runs(config: DeadUnitsConfig) -> dict[str, tuple[str, str]]:
+    """Run name -> (activation, rate field), each named by the rate it trains at
+    (``relu-lr4``, ``relu-lr0.5``, ``leaky_relu-lr4`` by default), so a ``--set`` of a rate
+    renames its runs instead of leaving a label that is no longer true."""
+    return {f"{act}-lr{getattr(config, field):g}": (act, field) for act, field in SHALLOW_ROLES}
 
 
 def build_summary(config: DeadUnitsConfig, table) -> dict:
@@ -27,7 +33,7 @@ def build_summary(config: DeadUnitsConfig, table) -> dict:
         values = [sel[sel["seed"] == s]["value"] for s in seeds]
         return [float(v.iloc[0]) if len(v) else float("nan") for v in values]
 
-    for run in SHALLOW_RUNS:
+    for run in shallow_runs(config):
         entry = {
             "dead_share_epoch1": per_seed(run, "dead_share", 1),
             f"dead_share_epoch{config.epochs}": per_seed(run, "dead_share", config.epochs),
