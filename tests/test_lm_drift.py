@@ -10,6 +10,8 @@ from actlab.errors import ConfigError
 from actlab.experiments.lm_drift import LMDriftConfig, LMDriftExperiment
 from actlab.runner.driver import RunOptions, run_experiment
 
+from _corpus import write_code_folder
+
 TOY = {"n_layer": 1, "n_head": 2, "n_embd": 16, "block_size": 16, "batch_size": 4, "steps": 6,
        "eval_batches": 1, "log_every": 3, "probe_every": 3, "probe_batches": 1,
        "activations": "relu"}
@@ -35,10 +37,7 @@ def test_the_adamw_arm_changes_only_the_optimizer() -> None:
 
 
 def test_toy_run_records_trajectories_from_step_zero(tmp_path, monkeypatch) -> None:
-    root = tmp_path / "text"
-    root.mkdir()
-    for i in range(8):
-        (root / f"f{i}.py").write_text(f"def f{i}(x):\n    return x * {i} + 1\n" * 40)
+    root = write_code_folder(tmp_path / "text", files=8, repeats=40)
     monkeypatch.setenv("ACTLAB_CACHE", str(tmp_path / "cache"))
     outcome = run_experiment("lm-drift", "default", {**TOY, "data": str(root)}, n_seeds=1,
                              options=RunOptions(out=tmp_path, progress=False))
