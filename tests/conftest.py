@@ -10,9 +10,10 @@ Under pytest-xdist (``make test``: ``-n auto --dist loadgroup``):
   any test, and inherited by the processes a test starts through ``OMP_NUM_THREADS``), so
   two workers never run two threads each on two cores (OpenMP spin-waiting makes that many
   times slower than one thread each);
-* tests that start processes or pools (``PROCESSES``: gloo ranks, process pools, Ray,
+* tests that start processes or pools of their own (gloo ranks, process pools, among them
+  the CLI's ``run``, ``sweep`` and ``reproduce``, which pool every core by default, Ray,
   ``actlab`` subprocesses, torch.compile's compile workers) carry
-  ``pytest.mark.xdist_group(PROCESSES)``: one worker runs them one after another, so they
+  ``pytest.mark.xdist_group("processes")``: one worker runs them one after another, so they
   neither oversubscribe the cores together nor race each other for ports;
 * the tests of a module that computes a module-scoped fixture (one expensive run read by
   several tests) stay on one worker, so the fixture is computed once, not once per worker.
@@ -23,9 +24,6 @@ from __future__ import annotations
 import os
 
 import pytest
-
-PROCESSES = "processes"
-"""The xdist group of the tests that start processes or pools of their own."""
 
 
 def _cores() -> int:
