@@ -169,12 +169,17 @@ FAIL_ACTS: set[str] = set()  # activations whose units raise, toggled in-process
 
 
 def invoke(*args: str):
-    """Run the ``actlab`` CLI in this process; returns click's ``Result``."""
+    """Run the ``actlab`` CLI in this process; returns click's ``Result``. ``run`` and
+    ``sweep`` run in-process (``--workers 1``) unless the test names its workers: the CLI's
+    default pool of every core costs a process start per test and is tested on its own."""
     from click.testing import CliRunner
 
     from actlab.cli import main
 
-    return CliRunner().invoke(main, [str(a) for a in args], catch_exceptions=False)
+    words = [str(a) for a in args]
+    if words and words[0] in ("run", "sweep") and "--workers" not in words:
+        words += ["--workers", "1"]
+    return CliRunner().invoke(main, words, catch_exceptions=False)
 
 
 def subprocess_env() -> dict[str, str]:

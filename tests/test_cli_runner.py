@@ -107,3 +107,19 @@ def test_native_flag_turns_the_kernels_on_and_is_recorded(tmp_path, monkeypatch)
         assert native.enabled() or "unavailable" in result.stderr
     finally:
         native.enable(False)
+
+
+def test_run_and_sweep_default_to_every_core_longest_unit_first(monkeypatch):
+    import os
+
+    from actlab.cli.runner import _workers
+    from actlab.runner.schedule import estimates, longest_first
+
+    assert _workers(None, "cpu") == (os.cpu_count() or 1) and _workers(None, "cuda") == 1
+    assert _workers(3, "cpu") == 3
+    table = {"exp": {"a": 1.0, "b": 5.0, "c": 3.0}, "other": {"x": 10.0}}
+    assert longest_first("exp", ["a", "b", "c", "new"], table) == [1, 2, 3, 0]
+    # an unknown unit takes its experiment's mean; an unknown experiment the median of means
+    assert estimates("exp", ["new"], table) == [3.0]
+    assert estimates("unseen", ["u"], table) == [(3.0 + 10.0) / 2]
+

@@ -163,7 +163,7 @@ def test_teacher_student_experiment_end_to_end(tmp_path):
         assert (tmp_path / "figures" / f"{fig}.png").exists(), fig
     claims = exp.claims(summary)
     held = {c.id.removeprefix("teacher-student/relu/"): c.held for c in claims}
-    ours = {"later-angles-track-fitted-theory"}
+    ours = {"later-angles-track-fitted-theory", "shifted-hessian-matches-gauss-newton"}
     assert all(c.source_key == ("actlab" if c.id.rsplit("/", 1)[1] in ours else "rethinking")
                for c in claims)
     assert summary["angle_theory_eta"] == 2.5e-5
