@@ -89,12 +89,19 @@ def test_condition_specs():
         ({"data": "pixels"}, "data"),
         ({"patch_size": 3}, "patch_size"),
         ({"num_heads": 3}, "num_heads"),
+        ({"data": "latents:/no/such/folder"}, "data"),  # refused before any unit runs
     ],
 )
 def test_config_errors_name_their_field(overrides, field):
     with pytest.raises(ConfigError) as err:
         build_config(DiTShiftConfig, overrides)
     assert err.value.field == field
+
+
+def test_a_latent_folder_without_shards_is_refused(tmp_path):
+    with pytest.raises(ConfigError, match="no .npy or .safetensors") as err:
+        build_config(DiTShiftConfig, {"data": f"latents:{tmp_path}"})
+    assert err.value.field == "data"
 
 
 def test_topk_levels_and_tolerance_are_checked():

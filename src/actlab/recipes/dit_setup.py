@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import ClassVar
 
 import torch
@@ -112,6 +113,13 @@ class DiTProtocolConfig(CheckedConfig):
             self.data.startswith("latents:") and len(self.data) > len("latents:")
         ):
             raise ConfigError("data", f"must be digits or latents:DIR, got {self.data!r}")
+        if self.data.startswith("latents:"):  # checked before any unit runs, not in each
+            folder = Path(self.data[len("latents:"):]).expanduser()
+            if not folder.is_dir():
+                raise ConfigError("data", f"latent folder {folder} does not exist")
+            if not any(p.suffix in (".npy", ".safetensors") for p in folder.iterdir()):
+                raise ConfigError("data", f"latent folder {folder} holds no .npy or "
+                                          ".safetensors shards")
         if self.fid_samples % 10:
             raise ConfigError(
                 "fid_samples", f"must be a multiple of the 10 digit classes, got {self.fid_samples}"
