@@ -13,7 +13,8 @@ ends at ``steps`` (our choice of horizon: the repository says ``lr_decay_iters``
 ~= max_iters", while ``config/train_gpt2.py`` decays over 600,000 steps and the paper trained
 300,000). The gpt-nano recipe of "Bug or Feature²" App. D.6 (Muon + AdamW, trapezoid), the
 default of this experiment's earlier references, stays a named variant: ``--set
-optimizer=muon`` (kept as ``docs/results/lm-shift/evidence-gpt-nano``). ``init_std`` scales
+optimizer=muon`` (its run is the committed reference until nanoGPT's re-run replaces it,
+then kept as ``docs/results/lm-shift/evidence-gpt-nano``). ``init_std`` scales
 the initialisation (nanoGPT's 0.02, residual projections by ``1/sqrt(2 n_layer)``) for §5's
 question whether the small initialisation hides the unshifted model's early lead.
 
