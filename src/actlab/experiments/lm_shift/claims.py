@@ -69,7 +69,7 @@ def claims(summary: dict) -> list[Claim]:
                      "the controlled model; init std {init_std:g}): its lead stays below "
                      "{gpt2_gain:g}, the whole final gain" + whose,
                 measured="early residual {early:+.4f} at step {early_step}",
-                check=lt(n["early"], EARLY_LEAD_BAR), source=source, where="§5; §4.3",
+                check=lt(n["early"], EARLY_LEAD_BAR), source=source, where="§5; §4.3, Fig. 7(c)",
                 numbers=n, quoted=quoted),
             ClaimSpec(
                 id=claim_id(NAME, act, "shift-suppresses-overshoot"),
