@@ -81,7 +81,7 @@ RERUN: dict[str, str] = {
     "gated-ffn": "default (3 seeds) predates per-seed summaries: re-run, about 6.7 CPU h",
     "lm-shift": "the committed default trained on the gpt-nano recipe, the default before "
                 "nanoGPT's, and predates per-seed summaries: re-run on nanoGPT's recipe, about "
-                "4.4 CPU h (6 of its 12 units, all of GELU, are kept under partial/)",
+                "4.4 CPU h (8 of its 12 units, all of GELU, are kept under partial/)",
     "lm-drift": "default has 2 seeds, LayerNorm only, and predates per-seed summaries: re-run "
                 "with 3 seeds and both norms, about 3.9 CPU h",
     "dit-percentile": "default has 2 seeds and predates per-seed summaries: re-run with 3, "
