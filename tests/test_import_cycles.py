@@ -30,24 +30,27 @@ def _ancestors(name: str) -> list[str]:
     return [".".join(parts[:i]) for i in range(1, len(parts))]
 
 
+def statement_targets(node: ast.AST, module: str, is_package: bool) -> list[str]:
+    """The dotted names one import statement loads (before filtering to known modules)."""
+    if isinstance(node, ast.Import):
+        return [alias.name for alias in node.names]
+    if isinstance(node, ast.ImportFrom):
+        if node.level:
+            base = module.split(".") if is_package else module.split(".")[:-1]
+            base = base[: len(base) - (node.level - 1)]
+            source = ".".join(base + ([node.module] if node.module else []))
+        else:
+            source = node.module or ""
+        return [source] + [f"{source}.{alias.name}" for alias in node.names]
+    return []
+
+
 def _imported(module: str, path: Path, known: dict[str, Path]) -> set[str]:
     """Every actlab module that some import statement of ``module`` loads."""
     is_package = path.name == "__init__.py"
     targets: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        if isinstance(node, ast.Import):
-            names = [alias.name for alias in node.names]
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = module.split(".") if is_package else module.split(".")[:-1]
-                base = base[: len(base) - (node.level - 1)]
-                source = ".".join(base + ([node.module] if node.module else []))
-            else:
-                source = node.module or ""
-            names = [source] + [f"{source}.{alias.name}" for alias in node.names]
-        else:
-            continue
-        for name in names:
+        for name in statement_targets(node, module, is_package):
             if name == ROOT or name.startswith(ROOT + "."):
                 targets.update(n for n in [*_ancestors(name), name] if n in known)
     own = set(_ancestors(module))

@@ -14,7 +14,7 @@ import ast
 import re
 from pathlib import Path
 
-from test_import_cycles import ROOT, SRC, _ancestors, _cycles, _modules
+from test_import_cycles import ROOT, SRC, _ancestors, _cycles, _modules, statement_targets
 
 DOC = SRC.parent / "docs" / "architecture.md"
 
@@ -46,21 +46,6 @@ def entry_of(module: str, layers: dict[str, int]) -> str | None:
     return None
 
 
-def _statement_targets(node: ast.AST, module: str, is_package: bool) -> list[str]:
-    """The dotted names one import statement loads (before filtering to known modules)."""
-    if isinstance(node, ast.Import):
-        return [alias.name for alias in node.names]
-    if isinstance(node, ast.ImportFrom):
-        if node.level:
-            base = module.split(".") if is_package else module.split(".")[:-1]
-            base = base[: len(base) - (node.level - 1)]
-            source = ".".join(base + ([node.module] if node.module else []))
-        else:
-            source = node.module or ""
-        return [source] + [f"{source}.{alias.name}" for alias in node.names]
-    return []
-
-
 def imports(module: str, path: Path, known: dict[str, Path]) -> tuple[set[str], set[str]]:
     """``(named, passed)``: the actlab modules ``module``'s import statements name, and the
     packages they only pass through on the way to a module inside them."""
@@ -70,7 +55,7 @@ def imports(module: str, path: Path, known: dict[str, Path]) -> tuple[set[str], 
     passed: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         targets: set[str] = set()
-        for name in _statement_targets(node, module, is_package):
+        for name in statement_targets(node, module, is_package):
             if name == ROOT or name.startswith(ROOT + "."):
                 targets.update(n for n in [*_ancestors(name), name] if n in known)
         inner = {t for t in targets if any(other.startswith(t + ".") for other in targets)}
@@ -88,7 +73,7 @@ def loaded_on_import(path: Path, module: str, known: dict[str, Path]) -> set[str
         node = pending.pop()
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             continue
-        for name in _statement_targets(node, module, is_package):
+        for name in statement_targets(node, module, is_package):
             if name.startswith(ROOT + "."):
                 out.update(n for n in [*_ancestors(name), name] if n in known and n != ROOT)
         pending.extend(child for child in ast.iter_child_nodes(node) if isinstance(child, ast.stmt))

@@ -213,7 +213,7 @@ def _session_worker(rank: int, init: str, out: str) -> None:
             opt.zero_grad()
             x, y = x[rank * half:(rank + 1) * half], y[rank * half:(rank + 1) * half]
             nn.functional.mse_loss(model(x), y).backward()
-            session.capture_grads()  # what the callbacks do before the optimizer step
+            session.before_update()  # what the callbacks do before the optimizer step
             opt.step()
             opt.zero_grad()  # as the HF Trainer does before on_step_end
             logs.append(session.optimizer_step())

@@ -232,10 +232,6 @@ class ProbeSession:
             self._parameters_now = {name: param.detach().clone()
                                     for name, param in self.model.named_parameters()}
 
-    def capture_grads(self) -> None:
-        """The former name of :meth:`before_update`."""
-        self.before_update()
-
     def optimizer_step(self) -> dict[str, float]:
         """Close one optimizer step; the values due now, keyed ``actlab/<metric>/<layer>``."""
         if self.probe is None:
