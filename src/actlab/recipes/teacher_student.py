@@ -60,6 +60,12 @@ from actlab.train.settings import TrainSettings, settings_from
 LOSSES = ("mse", "soft_ce")
 DTYPES = ("float32", "float64")
 
+# "Rethinking Activation Functions" §2.2 on Fig. 2: the unshifted student's hidden state
+# "overshoots around step 100, coinciding with its period of faster loss reduction". The only
+# step the paper's text names for the early period, so the early comparison is made there (an
+# absolute step, not a share of our run length) and every run logs it.
+PAPER_EARLY_STEP = 100
+
 
 # --------------------------------------------------------------------------- settings
 @dataclass
@@ -259,7 +265,7 @@ def train_students(
         on_start(teacher, members, x_eval, y_eval)
 
     steps = log_steps(settings.steps, settings.log_points,
-                      also=[max(1, round(0.05 * settings.steps))])
+                      also=[max(1, round(0.05 * settings.steps)), PAPER_EARLY_STEP])
     curv_steps: set[int] = set()
     if curvature_seeds and curvature_points:
         idx = np.unique(np.round(np.geomspace(1, len(steps), curvature_points)).astype(int) - 1)

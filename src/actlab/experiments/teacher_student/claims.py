@@ -3,8 +3,12 @@
 Each is a statement of "Rethinking Activation Functions" (§2.2-2.4, App. B.1.3, App. B.2)
 checked at our scale, except the gradient-angle claims for activations other than ReLU, which
 extend the paper's Table 2, and the check of the later angles against eq. 61 at the learning
-rate we fitted to Table 2 (both ours); the thresholds that decide them (a majority of seeds,
-10 degrees, 60 degrees, 10 %) are ours.
+rate we fitted to Table 2 (both ours); the thresholds that decide them (10 degrees, 60
+degrees, 10 %, a factor of 2 for "around step 100") are ours.
+
+Fig. 2's loss reversal is two claims on paired seeds: the unshifted student lower at step 100
+(the only step §2.2 names for the early period) and the shifted one lower at the end. Both
+were fixed before the runs at the paper's large size, (50, 200, 20), were made.
 
 The Table 2 size checks (``table2-angle-k{k}``: each measured angle within 10 degrees of the
 table's) do not see the direction: an angle that rises with k can meet them at k = 5 and 20
@@ -18,14 +22,36 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from actlab.experiments.teacher_student.summary import PAPER_TABLE2
-from actlab.runner.claims import ClaimSpec, all_of, claim_id, gt, judge_all, le, lt, within
+from actlab.recipes.teacher_student import PAPER_EARLY_STEP
+from actlab.runner.claims import (
+    ClaimSpec,
+    all_of,
+    claim_id,
+    gt,
+    judge_all,
+    le,
+    lt,
+    within,
+    within_factor,
+)
 
 if TYPE_CHECKING:
     from actlab.runner.experiment import Claim
 
-# Ours: "the shifted student ends lower" also asks it to win in more than this share of seeds
-# (ablations uses the same rule).
+# Ours, ablations' rule: "the shifted model ends lower" also asks it to win in more than this
+# share of seeds. teacher-student judges the same statement on the paired interval alone.
 MAJORITY = 0.5
+# Fig. 2's two loss statements (§2.2), fixed before the (50, 200, 20) sweep was run:
+# "learns faster initially" is judged at the step the paper names for that period (the
+# overshoot "around step 100, coinciding with its period of faster loss reduction",
+# PAPER_EARLY_STEP) and "converges to a lower loss" at the last logged step, each on the
+# per-seed differences of paired students (95 % interval below 0). The logged step nearest
+# PAPER_EARLY_STEP counts when it is within EARLY_STEP_SLACK of it (ours: older runs logged a
+# geometric grid that holds 108 but not 100); otherwise the early claim is undecided.
+EARLY_STEP_SLACK = 10
+# Ours: "around step 100" for the step of the overshoot's peak read as within a factor of 2
+# (50 to 200 steps), the unshifted student's last block; judged on the per-seed peak steps.
+AROUND_FACTOR = 2.0
 # Ours: how close a measured gradient angle must be to the angle it is compared with, eq. 61's
 # or the full-model angle of the paper's Table 2. One bar for every angle comparison of this
 # experiment: the k = 1 claim has used it from the start, and the Table 2 comparison takes it
@@ -83,24 +109,34 @@ def _activation_specs(activation: str, entry: dict) -> list[ClaimSpec]:
         "eu": entry["early_loss_unshifted"], "es": entry["early_loss_shifted"],
         "early_step": entry["early_step"], "crossover": entry["crossover_step"],
         "ou": entry["overshoot_unshifted"], "os": entry["overshoot_shifted"],
+        "peak_u": entry.get("overshoot_step_unshifted"), "paper_early": PAPER_EARLY_STEP,
+        "factor": AROUND_FACTOR,
         "su": entry.get("sharpness_unshifted"), "ss": entry.get("sharpness_shifted"),
     }
+    early_off = abs(n["early_step"] - PAPER_EARLY_STEP) > EARLY_STEP_SLACK
     specs = [
         ClaimSpec(
             id=claim_id("teacher-student", activation, "shifted-ends-lower"),
-            text="shifted student ends lower ({act}): lower mean final loss, and lower in more "
-                 "than {majority:.0%} of the paired seeds",
-            measured="final loss {fs:.4g} vs {fu:.4g} unshifted; shifted wins {wins:.0%} of seeds",
-            check=all_of(lt(n["fs"], n["fu"]), gt(n["wins"], MAJORITY)),
+            text="shifted student converges to a lower loss ({act}): lower final loss, on the "
+                 "per-seed differences of the paired students",
+            measured="final loss {fs:.4g} vs {fu:.4g} unshifted; shifted lower in {wins:.0%} "
+                     "of seeds",
+            check=lt(n["fs"], n["fu"]),
             source="rethinking", where="§2.2, Fig. 2", numbers=n),
         ClaimSpec(
             id=claim_id("teacher-student", activation, "unshifted-faster-early"),
-            text="unshifted student learns faster early ({act}): lower mean loss at step "
-                 "{early_step} (5% of training)",
+            text="unshifted student learns faster initially ({act}): lower loss at step "
+                 "{early_step}, the logged step nearest the paper's early period (its "
+                 "overshoot \"around step {paper_early}\" coincides with the faster loss "
+                 "reduction), on the per-seed differences of the paired students",
             measured="{eu:.4g} unshifted vs {es:.4g} shifted; median crossover step "
                      "{crossover:.4g}",
             check=lt(n["eu"], n["es"]),
-            source="rethinking", where="§2.2, Fig. 2", numbers=n),
+            source="rethinking", where="§2.2, Fig. 2", numbers=n, quoted=("paper_early",),
+            undecided_because=(
+                f"this run's early loss is at step {n['early_step']}, not near the paper's "
+                f"step {PAPER_EARLY_STEP} (a run shorter than it, or a summary made before "
+                "the early step was fixed)") if early_off else ""),
         ClaimSpec(
             id=claim_id("teacher-student", activation, "unshifted-overshoots-more"),
             text="unshifted hidden state overshoots more ({act}): the last block's hidden-state "
@@ -114,6 +150,14 @@ def _activation_specs(activation: str, entry: dict) -> list[ClaimSpec]:
             measured="{ss:.4g} shifted vs {su:.4g} unshifted",
             check=lt(n["ss"], n["su"]),
             source="rethinking", where="§2.4, Fig. 4", numbers=n),
+        ClaimSpec(
+            id=claim_id("teacher-student", activation, "overshoot-peaks-around-step-100"),
+            text="the unshifted hidden state overshoots around step {paper_early} ({act}): the "
+                 "peak of the last block's overshoot within a factor of {factor:g} of step "
+                 "{paper_early} (the factor is ours)",
+            measured="peak at step {peak_u:.4g} (mean over the seeds that overshoot)",
+            check=within_factor(n["peak_u"], PAPER_EARLY_STEP, AROUND_FACTOR),
+            source="rethinking", where="§2.2, Fig. 2", numbers=n, quoted=("paper_early",)),
     ]
     first = entry["gradient_angles"].get("1", {})
     if first.get("measured") is not None and first.get("theory") is not None:

@@ -30,7 +30,7 @@ from actlab.analysis import (
     pd_frame,
     value_at,
 )
-from actlab.recipes.teacher_student import ModelSettings
+from actlab.recipes.teacher_student import PAPER_EARLY_STEP, ModelSettings
 
 if TYPE_CHECKING:
     from actlab.experiments.teacher_student import Config
@@ -115,7 +115,9 @@ def summarize(config: Config, table: Any, results: list[dict[str, Any]]) -> dict
     summary: dict[str, Any] = {"scale": describe_scale(config, seeds_of(results)),
                                "angle_theory_eta": config.angle_theory_eta}
     data = {r["unit"]["activation"]: r["data"] for r in results}
-    early_step = max(1, round(0.05 * config.steps))
+    # the paper's early period (§2.2, "around step 100"), at any run length; a run shorter
+    # than that has no early point and its early claim is undecided
+    early_step = PAPER_EARLY_STEP
     for activation in config.activations:
         pair = pair_summary(table, activation, early_step)
         if "status" in pair:
