@@ -24,4 +24,5 @@ __getattr__, __dir__, __all__ = lazy_exports(__name__, {
     "register_metric": ".probe.collectors",
     "measure_once": ".probe.measure",
     "profile_model": ".profile",
+    "checkpoint_trajectory": ".trajectory",
 }, extra=["__version__"])

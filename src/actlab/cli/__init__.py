@@ -30,7 +30,8 @@ def main() -> None:
 
 
 # Modules that define commands on `main`; each owns its own commands.
-for _module in ("actlab.cli.info", "actlab.cli.runner", "actlab.cli.profile"):
+for _module in ("actlab.cli.info", "actlab.cli.runner", "actlab.cli.profile",
+                "actlab.cli.trajectory"):
     try:
         importlib.import_module(_module)
     except ModuleNotFoundError as _exc:  # a command module not written yet
