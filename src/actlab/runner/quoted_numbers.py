@@ -2,7 +2,8 @@
 
 The documents' text comes from PDF or HTML extraction, which writes one number in many
 ways: ``4.73 × 10⁻⁴``, ``4.73 \\times 10^{-4}``, ``$3.233$``, ``22.7%`` (0.227), ``1,000`` and,
-where a formula was rendered twice, ``0.2300.230`` or ``77.45∘77.45``. :func:`numbers_in`
+where a formula was rendered twice, ``0.2300.230``, ``77.45∘77.45`` or ``100100``.
+:func:`numbers_in`
 reads them all as floats; :func:`cited_windows` cuts the stretches of a document that a
 locator such as ``"App. D.6, Table 4"`` points at; :func:`find_quoted` says where a number
 turned up: in the cited section, elsewhere in the document, or nowhere.
@@ -18,6 +19,9 @@ from functools import lru_cache
 _SUPERSCRIPT = str.maketrans("⁰¹²³⁴⁵⁶⁷⁸⁹⁻⁺", "0123456789-+")
 # A decimal written twice in a row, possibly with a degree sign between (math rendered twice).
 _DOUBLED = re.compile(r"(?<![\d.])(\d+\.\d+?)[∘°]?\1(?![\d])")
+# An integer of three digits or more written twice ("around step 100100"); shorter ones are
+# left alone, where a repeat ("1111", "2020") is as likely a number of its own.
+_DOUBLED_INTEGER = re.compile(r"(?<![\d.,])(\d{3,})\1(?![\d]|[.,]\d)")
 _SCIENTIFIC = re.compile(r"(?<![\w.])(-?\d+(?:\.\d+)?)\s*(?:×|\\times|\\cdot|·|x)\s*10\s*"
                          r"(?:\^\s*\{?\s*([-+]?\d+)\s*\}?|([⁻⁺]?[⁰¹²³⁴⁵⁶⁷⁸⁹]+))")
 _E_NOTATION = re.compile(r"(?<![\w.])(-?\d+(?:\.\d+)?[eE][-+]?\d+)(?![\w.])")
@@ -33,7 +37,7 @@ def normalise(text: str) -> str:
     text = text.replace("\\%", "%").replace("\\sim", "~")
     # "55-74%": the percent sign of a range's end belongs to its start too
     text = _RANGE_PERCENT.sub(r"\1% to \2%", text)
-    return _DOUBLED.sub(r"\1", text)
+    return _DOUBLED_INTEGER.sub(r"\1", _DOUBLED.sub(r"\1", text))
 
 
 @lru_cache(maxsize=16)
