@@ -13,6 +13,8 @@ __version__ = "0.1.0"
 
 __getattr__, __dir__, __all__ = lazy_exports(__name__, {
     "activation": ".activations.spec_activation",
+    "act_layer": ".activations.layer",
+    "spec_of": ".activations.interop",
     "register_activation": ".activations.registry",
     "available_activations": ".activations.registry",
     "parse_spec": ".activations.grammar",

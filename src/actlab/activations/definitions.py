@@ -23,6 +23,7 @@ from actlab.activations import elementwise as ew
 from actlab.activations.special import (
     NoisyReLUCore,
     PReLUCore,
+    XIELUCore,
     relu_output_writable,
     sugar,
 )
@@ -46,7 +47,10 @@ class ActivationDef:
     ``inplace_ok`` says its output may be modified in place without breaking autograd
     (true when its backward does not save the output); ``fast_inplace`` is an alternative
     kernel whose output may be, used when options follow the function. ``core`` builds an ``nn.Module``
-    for activations with parameters or train/eval behaviour.
+    for activations with parameters or train/eval behaviour. ``bounds`` is the output range,
+    or a function of the parameters giving it; ``validate(params)`` returns what is wrong
+    with a combination of parameters (``None`` when nothing), for rules that span several
+    (hardtanh's ``min_val < max_val``).
     """
 
     name: str
@@ -56,7 +60,7 @@ class ActivationDef:
     flags: tuple[str, ...] = ()
     module_flags: tuple[str, ...] = ()
     bounded: bool = False
-    bounds: tuple[float, float] | None = None
+    bounds: tuple[float, float] | Callable[..., tuple[float, float]] | None = None
     fast: ElementFn | None = None
     inplace_ok: bool = False
     fast_inplace: ElementFn | None = None
@@ -65,6 +69,7 @@ class ActivationDef:
     check_text: dict[str, str] = field(default_factory=dict)
     builtin: bool = False
     description: str = ""
+    validate: Callable[[dict[str, Any]], str | None] | None = None
 
     @property
     def option_names(self) -> tuple[str, ...]:
@@ -73,7 +78,27 @@ class ActivationDef:
 
 
 _REGISTRY: dict[str, ActivationDef] = {}
-_ALIASES: dict[str, str] = {"swish": "silu"}
+# The other names of a built-in: each stands for a spec (a name, or a name with options), so
+# the names of torch.nn, timm's get_act_layer and transformers' ACT2FN resolve to the same
+# function (tests/test_activation_names.py checks each against its module or source formula).
+_ALIASES: dict[str, str] = {
+    "swish": "silu",
+    "log_sigmoid": "logsigmoid",
+    # timm (timm/layers/create_act.py, _ACT_LAYER_DEFAULT)
+    "gelu_tanh": "gelu:tanh",
+    "quick_gelu": "silu:beta=1.702",  # x σ(1.702 x), in timm and transformers alike
+    "hard_sigmoid": "hardsigmoid",
+    "hard_swish": "hardswish",
+    # transformers (transformers/activations.py, ACT2CLS)
+    "gelu_python": "gelu",
+    "gelu_new": "gelu:tanh",
+    "gelu_pytorch_tanh": "gelu:tanh",
+    "gelu_python_tanh": "gelu:tanh",
+    "gelu_accurate": "gelu:tanh",
+    "gelu_fast": "gelu:tanh",  # its constant 0.7978845608 is sqrt(2/pi) to 10 decimals
+    "gelu_10": "gelu:clip=10",  # clip(gelu, -10, 10); GELU never goes below -0.17
+    "linear": "identity",
+}
 
 
 def _finite(v: float) -> bool:
@@ -82,6 +107,23 @@ def _finite(v: float) -> bool:
 
 def _positive(v: float) -> bool:
     return math.isfinite(v) and v > 0
+
+
+def _nonzero(v: float) -> bool:
+    return math.isfinite(v) and v != 0
+
+
+def _hardtanh_rule(params: dict[str, Any]) -> str | None:
+    if params["min_val"] < params["max_val"]:
+        return None
+    return f"min_val ({params['min_val']}) must be below max_val ({params['max_val']})"
+
+
+def _xielu_rule(params: dict[str, Any]) -> str | None:
+    # the negative coefficient is stored as beta + softplus(.), so it must exceed beta
+    if params["alpha_n"] > params["beta"]:
+        return None
+    return f"alpha_n ({params['alpha_n']}) must exceed beta ({params['beta']})"
 
 
 def _add(defn: ActivationDef) -> None:
@@ -188,4 +230,80 @@ def _builtins() -> None:
         description="ReLU forward, B-SiLU surrogate gradient backward"))
 
 
+def _fast_hard_mish(x: Tensor) -> Tensor:
+    return 0.5 * x * (x + 2.0).clamp(min=0.0, max=2.0)  # timm's hard_mish, op for op
+
+
+def _fast_laplace(x: Tensor, mu: float = 0.707107, sigma: float = 0.282095) -> Tensor:
+    # transformers' LaplaceActivation, op for op
+    return 0.5 * (1.0 + torch.erf((x - mu).div(sigma * math.sqrt(2.0))))
+
+
+def _fast_sqrtsoftplus(x: Tensor) -> Tensor:
+    return F.softplus(x).sqrt()  # transformers' SqrtSoftplusActivation (threshold 20 kept)
+
+
+def _xielu_core(alpha_p: float = 0.8, alpha_n: float = 0.8, beta: float = 0.5,
+                eps: float = -1e-6) -> nn.Module:
+    return XIELUCore(alpha_p, alpha_n, beta, eps)
+
+
+def _ecosystem_builtins() -> None:
+    """The elementwise activations of torch.nn, timm and transformers that the first set
+    lacks; their other names are in ``_ALIASES``."""
+    _add(ActivationDef("relu6", ew.relu6, ew.d_relu6, bounded=True, bounds=(0.0, 6.0),
+                       fast=F.relu6, inplace_ok=True, builtin=True,
+                       description="min(max(0, x), 6)"))
+    _add(ActivationDef(
+        "hardtanh", ew.hardtanh, ew.d_hardtanh, params={"min_val": -1.0, "max_val": 1.0},
+        bounded=True, bounds=lambda min_val=-1.0, max_val=1.0: (min_val, max_val),
+        fast=lambda x, min_val=-1.0, max_val=1.0: F.hardtanh(x, min_val, max_val),
+        inplace_ok=True, checks={"min_val": _finite, "max_val": _finite},
+        check_text={"min_val": "a finite number", "max_val": "a finite number"},
+        validate=_hardtanh_rule, builtin=True, description="x clamped to [min_val, max_val]"))
+    _add(ActivationDef("hardsigmoid", ew.hardsigmoid, ew.d_hardsigmoid, bounded=True,
+                       bounds=(0.0, 1.0), fast=F.hardsigmoid, inplace_ok=True, builtin=True,
+                       description="relu6(x + 3) / 6 (alias hard_sigmoid)"))
+    _add(ActivationDef("hardswish", ew.hardswish, ew.d_hardswish, fast=F.hardswish,
+                       inplace_ok=True, builtin=True,
+                       description="x relu6(x + 3) / 6 (alias hard_swish)"))
+    _add(ActivationDef("hard_mish", ew.hard_mish, ew.d_hard_mish, fast=_fast_hard_mish,
+                       inplace_ok=True, builtin=True,
+                       description="timm's hard Mish: x clamp(x + 2, 0, 2) / 2"))
+    _add(ActivationDef("softsign", ew.softsign, ew.d_softsign, bounded=True,
+                       bounds=(-1.0, 1.0), fast=F.softsign, inplace_ok=True, builtin=True,
+                       description="x / (1 + |x|)"))
+    _add(ActivationDef("logsigmoid", ew.logsigmoid, ew.d_logsigmoid, fast=F.logsigmoid,
+                       inplace_ok=True, builtin=True,
+                       description="log sigmoid(x) (alias log_sigmoid)"))
+    _add(ActivationDef("tanhshrink", ew.tanhshrink, ew.d_tanhshrink, fast=F.tanhshrink,
+                       inplace_ok=True, builtin=True, description="x - tanh(x)"))
+    _add(ActivationDef(
+        "celu", ew.celu, ew.d_celu, params={"alpha": 1.0},
+        fast=lambda x, alpha=1.0: F.celu(x, alpha), inplace_ok=True,
+        checks={"alpha": _nonzero}, check_text={"alpha": "a finite non-zero number"},
+        builtin=True, description="x if x > 0 else alpha*(exp(x/alpha)-1)"))
+    _add(ActivationDef(
+        "laplace", ew.laplace, ew.d_laplace, params={"mu": 0.707107, "sigma": 0.282095},
+        bounded=True, bounds=(0.0, 1.0), fast=_fast_laplace, inplace_ok=True,
+        checks={"mu": _finite, "sigma": _positive},
+        check_text={"mu": "a finite number", "sigma": "> 0 and finite"}, builtin=True,
+        description="normal CDF of (x - mu)/sigma (transformers' laplace)"))
+    # sqrt's backward reads its output: not writable in place
+    _add(ActivationDef("sqrtsoftplus", ew.sqrtsoftplus, ew.d_sqrtsoftplus,
+                       fast=_fast_sqrtsoftplus, builtin=True,
+                       description="sqrt(softplus(x)) (transformers' sqrtsoftplus)"))
+    _add(ActivationDef(
+        "xielu", ew.xielu, ew.d_xielu,
+        params={"alpha_p": 0.8, "alpha_n": 0.8, "beta": 0.5, "eps": -1e-6},
+        core=_xielu_core, inplace_ok=True,
+        checks={"alpha_p": _positive, "alpha_n": _finite, "beta": _finite, "eps": _finite},
+        check_text={"alpha_p": "> 0 and finite", "alpha_n": "a finite number",
+                    "beta": "a finite number", "eps": "a finite number"},
+        validate=_xielu_rule, builtin=True,
+        description="xIELU with learnable alpha_p, alpha_n (initial values; transformers' "
+        "xielu)"))
+
+
 _builtins()
+_ecosystem_builtins()

@@ -182,3 +182,139 @@ def sugar_surrogate(x: Tensor, alpha: float = 1.67) -> Tensor:
     """The B-SiLU surrogate gradient σ(x) + (x + α) σ(x) (1 − σ(x)) used by SUGAR's backward."""
     s = torch.sigmoid(x)
     return s + (x + alpha) * s * (1.0 - s)
+
+
+# ---------------------------------------------------- the other names of torch, timm and HF
+# Kink conventions follow PyTorch's backward kernels (hardtanh, hardsigmoid: slope 0 on the
+# edges; hardswish: the inner formula on [-3, 3]).
+
+
+def hardtanh(x: Tensor, min_val: float = -1.0, max_val: float = 1.0) -> Tensor:
+    """x clamped to [min_val, max_val]."""
+    return torch.clamp(x, min_val, max_val)
+
+
+def d_hardtanh(x: Tensor, min_val: float = -1.0, max_val: float = 1.0) -> Tensor:
+    """1 strictly inside (min_val, max_val), 0 elsewhere."""
+    return ((x > min_val) & (x < max_val)).to(x.dtype)
+
+
+def relu6(x: Tensor) -> Tensor:
+    """min(max(0, x), 6)."""
+    return hardtanh(x, 0.0, 6.0)
+
+
+def d_relu6(x: Tensor) -> Tensor:
+    """1 on (0, 6), 0 elsewhere."""
+    return d_hardtanh(x, 0.0, 6.0)
+
+
+def hardsigmoid(x: Tensor) -> Tensor:
+    """relu6(x + 3) / 6."""
+    return torch.clamp(x + 3.0, 0.0, 6.0) / 6.0
+
+
+def d_hardsigmoid(x: Tensor) -> Tensor:
+    """1/6 on (-3, 3), 0 elsewhere."""
+    return ((x > -3.0) & (x < 3.0)).to(x.dtype) / 6.0
+
+
+def hardswish(x: Tensor) -> Tensor:
+    """x relu6(x + 3) / 6."""
+    return x * hardsigmoid(x)
+
+
+def d_hardswish(x: Tensor) -> Tensor:
+    """0 below -3, x/3 + 1/2 on [-3, 3], 1 above."""
+    inner = x / 3.0 + 0.5
+    return torch.where(x < -3.0, torch.zeros_like(x), torch.where(x <= 3.0, inner,
+                                                                  torch.ones_like(x)))
+
+
+def hard_mish(x: Tensor) -> Tensor:
+    """timm's hard Mish: x clamp(x + 2, 0, 2) / 2."""
+    return 0.5 * x * torch.clamp(x + 2.0, 0.0, 2.0)
+
+
+def d_hard_mish(x: Tensor) -> Tensor:
+    """0 below -2, x + 1 on [-2, 0], 1 above."""
+    return torch.where(x < -2.0, torch.zeros_like(x), torch.where(x <= 0.0, x + 1.0,
+                                                                  torch.ones_like(x)))
+
+
+def softsign(x: Tensor) -> Tensor:
+    """x / (1 + |x|)."""
+    return x / (1.0 + x.abs())
+
+
+def d_softsign(x: Tensor) -> Tensor:
+    """1 / (1 + |x|)²."""
+    return 1.0 / (1.0 + x.abs()) ** 2
+
+
+def logsigmoid(x: Tensor) -> Tensor:
+    """log σ(x) = −softplus(−x), exact for all x."""
+    return -softplus(-x)
+
+
+def d_logsigmoid(x: Tensor) -> Tensor:
+    """σ(−x)."""
+    return torch.sigmoid(-x)
+
+
+def tanhshrink(x: Tensor) -> Tensor:
+    """x − tanh(x)."""
+    return x - torch.tanh(x)
+
+
+def d_tanhshrink(x: Tensor) -> Tensor:
+    """tanh²(x)."""
+    t = torch.tanh(x)
+    return t * t
+
+
+def celu(x: Tensor, alpha: float = 1.0) -> Tensor:
+    """x for x > 0, alpha (exp(x / alpha) − 1) otherwise."""
+    return torch.where(x > 0, x, alpha * torch.expm1(x / alpha))
+
+
+def d_celu(x: Tensor, alpha: float = 1.0) -> Tensor:
+    """1 for x > 0, exp(x / alpha) otherwise."""
+    return torch.where(x > 0, torch.ones_like(x), torch.exp(x / alpha))
+
+
+def laplace(x: Tensor, mu: float = 0.707107, sigma: float = 0.282095) -> Tensor:
+    """The normal CDF of (x − mu) / sigma, Hugging Face's ``laplace`` (MEGA's attention
+    activation); its defaults are that implementation's."""
+    return 0.5 * (1.0 + torch.erf((x - mu) / (sigma * math.sqrt(2.0))))
+
+
+def d_laplace(x: Tensor, mu: float = 0.707107, sigma: float = 0.282095) -> Tensor:
+    """The normal density of (x − mu) / sigma, divided by sigma."""
+    return _normal_pdf((x - mu) / sigma) / sigma
+
+
+def sqrtsoftplus(x: Tensor) -> Tensor:
+    """sqrt(softplus(x)) (Hugging Face's ``sqrtsoftplus``)."""
+    return torch.sqrt(softplus(x))
+
+
+def d_sqrtsoftplus(x: Tensor) -> Tensor:
+    """σ(x) / (2 sqrt(softplus(x)))."""
+    return torch.sigmoid(x) / (2.0 * torch.sqrt(softplus(x)))
+
+
+def xielu(x: Tensor, alpha_p: float = 0.8, alpha_n: float = 0.8, beta: float = 0.5,
+          eps: float = -1e-6) -> Tensor:
+    """xIELU as Hugging Face computes it: alpha_p x² + beta x for x > 0, else
+    alpha_n (expm1(min(x, eps)) − x) + beta x."""
+    negative = (torch.expm1(torch.clamp_max(x, eps)) - x) * alpha_n + beta * x
+    return torch.where(x > 0, alpha_p * x * x + beta * x, negative)
+
+
+def d_xielu(x: Tensor, alpha_p: float = 0.8, alpha_n: float = 0.8, beta: float = 0.5,
+            eps: float = -1e-6) -> Tensor:
+    """2 alpha_p x + beta for x > 0; alpha_n (exp(x) − 1) + beta for x <= eps; beta − alpha_n
+    on (eps, 0] (where min(x, eps) is constant)."""
+    negative = torch.where(x <= eps, alpha_n * torch.expm1(x), torch.full_like(x, -alpha_n))
+    return torch.where(x > 0, 2.0 * alpha_p * x + beta, negative + beta)

@@ -181,7 +181,7 @@ def parse_spec(spec: str) -> ParsedSpec:
     if isinstance(spec, ParsedSpec):
         return spec
     raw_name, pieces = split_spec(spec)
-    name = _ALIASES.get(raw_name, raw_name)
+    name, pieces = _expand_alias(spec, raw_name, pieces)
     if name not in _REGISTRY:
         names = sorted(_REGISTRY) + sorted(_ALIASES)
         raise SpecError(f"unknown activation {raw_name!r}; {_closest(raw_name, names)}")
@@ -229,7 +229,27 @@ def parse_spec(spec: str) -> ParsedSpec:
             del options["q"]
     if options.get("shift") == 0.0:
         del options["shift"]
-    return ParsedSpec(name, options, frozenset(flags))
+    parsed = ParsedSpec(name, options, frozenset(flags))
+    wrong = defn.validate(parsed.params) if defn.validate is not None else None
+    if wrong:
+        raise SpecError(f"{spec!r}: {wrong}")
+    return parsed
+
+
+def _expand_alias(spec: str, raw_name: str, pieces: list[tuple[str, str | None]]
+                  ) -> tuple[str, list[tuple[str, str | None]]]:
+    """The registered name and the options of ``raw_name``: an alias brings its own options
+    (``quick_gelu`` is ``silu:beta=1.702``), which the spec may not give again."""
+    target = _ALIASES.get(raw_name)
+    if target is None:
+        return raw_name, pieces
+    name, preset = split_spec(target)
+    fixed = {key for key, _ in preset}
+    for key, _ in pieces:
+        if key in fixed:
+            raise SpecError(f"{spec!r}: option {key!r} is set by the name {raw_name!r} (which "
+                            f"is {target!r}); start from {name!r} to choose it")
+    return name, preset + pieces
 
 
 def canonical_spec(spec: str) -> str:

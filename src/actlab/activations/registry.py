@@ -9,6 +9,7 @@ integrates, and :func:`theory_shift` its Gaussian mean, the one definition of
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import torch
@@ -137,6 +138,15 @@ def theory_shift(spec: str | ParsedSpec, q: float = DEFAULT_Q) -> float:
     """E f(z) for z ~ N(0, q), f the elementwise part of ``spec`` (:func:`base_spec`).
 
     The one definition of ``shift=theory`` (eq. 15 of the "Rethinking" paper): q = 1/3 gives
-    Table 1 (ReLU 0.230, GELU 0.115, Swish 0.077, sigmoid 0.500).
+    Table 1 (ReLU 0.230, GELU 0.115, Swish 0.077, sigmoid 0.500). Learnable activations
+    (``prelu``, ``xielu``, ``silu:learnable``) give it at their initial parameters.
+
+    Raises :class:`SpecError` when the mean is not finite (a user function that is NaN or
+    infinite somewhere the Gaussian reaches, or whose mean diverges): no shift to subtract.
     """
-    return expectation(resolve_elementwise(base_spec(spec))[0], q)
+    base = base_spec(spec)
+    value = expectation(resolve_elementwise(base)[0], q)
+    if not math.isfinite(value):
+        raise SpecError(f"{base!r}: its Gaussian mean at q={q:g} is {value}, so shift=theory "
+                        "has no value; give a number (shift=B) or use shift=measured")
+    return value

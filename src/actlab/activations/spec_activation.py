@@ -19,6 +19,7 @@ from actlab.activations.base import Activation, functorch_transforms_active
 from actlab.activations.definitions import _REGISTRY
 from actlab.activations.fused import fused_kernel, fused_shift_center
 from actlab.activations.grammar import DEFAULT_Q, ParsedSpec, parse_spec
+from actlab.activations.interop import as_actlab
 from actlab.activations.registry import theory_shift
 from actlab.activations.shift import AdaptiveCenter, feature_dim
 from actlab.activations.sparse import topk_sparsify
@@ -132,8 +133,11 @@ class SpecActivation(Activation):
         self._pending = self.measured and math.isnan(value)
         self._shifted = not self._pending and value != 0.0  # eager paths skip a zero shift
         adaptive = self.center is not None
+        bounds = _REGISTRY[self.parsed.name].bounds
+        if callable(bounds):  # a range that depends on the parameters (hardtanh)
+            bounds = bounds(**self.parsed.params)
         self.bounds = None if self._pending else _output_bounds(
-            _REGISTRY[self.parsed.name].bounds, self.clip, value, adaptive, self.topk)
+            bounds, self.clip, value, adaptive, self.topk)
 
     def _bind_kernels(self) -> None:
         """Choose the forward kernels (plain functions, not state: rebuilt on unpickling)."""
@@ -264,6 +268,21 @@ class SpecActivation(Activation):
         self._read_offset(float(self.offset))
         self._bind_kernels()
 
+    def restore_shift_(self) -> None:
+        """Write the shift the spec determines (0, the number, the theory value) into
+        ``offset`` again, then re-derive what depends on it; a ``shift=measured`` module
+        keeps its value (saved state, loaded with the rest). For loaders that materialise
+        the buffers a checkpoint does not hold without their values, as transformers'
+        ``from_pretrained`` does (:mod:`actlab.integrations.hidden_act` calls it there)."""
+        if self.measured or self.offset.is_meta:
+            return
+        shift = self.parsed.options.get("shift")
+        if shift == "theory":
+            shift = theory_shift(self.parsed, self.parsed.options.get("q", DEFAULT_Q))
+        with torch.no_grad():
+            self.offset.fill_(float(shift or 0.0))
+        self.refresh_from_buffers()
+
     def _load_from_state_dict(self, state_dict: dict[str, Any], prefix: str,
                               *args: Any, **kwargs: Any) -> None:
         """Load as usual, then re-read ``offset`` (a measured shift comes with the state).
@@ -301,12 +320,21 @@ class SpecActivation(Activation):
         return self._sparsify(y)
 
 
-def activation(spec: str) -> Activation:
+def activation(spec: str | nn.Module | type[nn.Module]) -> Activation:
     """Build the module for ``spec``, e.g. ``activation("gelu:adaptive")``.
 
+    ``spec`` is a spec string (names of torch, timm and transformers included:
+    ``"gelu_pytorch_tanh"``, ``"quick_gelu"``, ``"hard_swish"``), or an activation module or
+    class of actlab, ``torch.nn``, transformers or timm (``nn.GELU``, ``nn.GELU()``,
+    ``nn.LeakyReLU(0.2)``): the actlab module computing the same function
+    (:func:`~actlab.activations.interop.spec_of`); an actlab module is copied with its state.
+
     Raises :class:`~actlab.errors.SpecError` (a ``ValueError``) for unknown names or
-    options (naming the closest valid ones) and out-of-range values (naming the option).
+    options (naming the closest valid ones), out-of-range values (naming the option) and
+    modules that have no spec.
     """
+    if isinstance(spec, nn.Module | type):
+        return as_actlab(spec, activation)
     return SpecActivation(parse_spec(spec))
 
 

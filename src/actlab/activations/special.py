@@ -1,5 +1,5 @@
 """Activations with parameters, randomness or a custom backward: PReLU, learnable SiLU,
-NoisyReLU and SUGAR.
+xIELU, NoisyReLU and SUGAR.
 
 These are the "core" modules a spec wraps; :class:`~actlab.activations.spec_activation.SpecActivation`
 adds the shared options (shift, adaptive, clip, topk) around them.
@@ -38,6 +38,48 @@ class LearnableSiLUCore(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         """x σ(βx)."""
         return x * torch.sigmoid(self.beta.to(x.dtype) * x)
+
+
+def _inverse_softplus(value: float) -> Tensor:
+    return torch.log(torch.expm1(torch.tensor([float(value)], dtype=torch.float64))).float()
+
+
+class XIELUCore(nn.Module):
+    """xIELU (Huang & Schlag 2024) parametrised as Hugging Face's ``XIELUActivation``.
+
+    The learnable ``alpha_p`` and ``alpha_n`` are stored through softplus, so the effective
+    positive coefficient is softplus(alpha_p) and the negative one beta + softplus(alpha_n),
+    as in that module: the same function, the same parameter gradients. ``beta`` and ``eps``
+    are constants (buffers there, never trained). The effective values are
+    :attr:`coefficients`.
+    """
+
+    def __init__(self, alpha_p: float = 0.8, alpha_n: float = 0.8, beta: float = 0.5,
+                 eps: float = -1e-6) -> None:
+        super().__init__()
+        self.alpha_p = nn.Parameter(_inverse_softplus(alpha_p))
+        self.alpha_n = nn.Parameter(_inverse_softplus(alpha_n - beta))
+        self.beta = float(beta)
+        self.eps = float(eps)
+
+    @property
+    def coefficients(self) -> tuple[float, float]:
+        """The effective ``(alpha_p, alpha_n)`` of the function now."""
+        with torch.no_grad():
+            return (float(F.softplus(self.alpha_p.double())),
+                    self.beta + float(F.softplus(self.alpha_n.double())))
+
+    def forward(self, x: Tensor) -> Tensor:
+        """alpha_p x² + beta x for x > 0, alpha_n (expm1(min(x, eps)) − x) + beta x else."""
+        alpha_p = F.softplus(self.alpha_p.to(x.dtype))
+        alpha_n = self.beta + F.softplus(self.alpha_n.to(x.dtype))
+        # torch.min with a tensor, as there: at x == eps its gradient splits between the two
+        eps = x.new_full((), self.eps)
+        return torch.where(x > 0, alpha_p * x * x + self.beta * x,
+                           (torch.expm1(torch.min(x, eps)) - x) * alpha_n + self.beta * x)
+
+    def extra_repr(self) -> str:
+        return f"beta={self.beta}, eps={self.eps}"
 
 
 class NoisyReLUCore(nn.Module):
