@@ -1,6 +1,7 @@
 """Probes inside other training loops.
 
 * :mod:`actlab.integrations.transformers` — ``ProbeCallback`` for ``transformers.Trainer``
+  and ``register()``, which makes ``hidden_act="actlab:SPEC"`` valid in Hugging Face configs
   (needs ``pip install actlab[hf]``);
 * :mod:`actlab.integrations.lightning` — ``ProbeCallback`` for ``lightning.pytorch``
   (needs ``pip install actlab[lightning]``).

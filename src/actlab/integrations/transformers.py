@@ -13,6 +13,9 @@ Usage::
 
     from actlab.integrations.transformers import ProbeCallback
     trainer = Trainer(model, args, train_dataset=data, callbacks=[ProbeCallback(every=10)])
+
+:func:`register` (from :mod:`actlab.integrations.hidden_act`) makes ``hidden_act="actlab:SPEC"``
+valid in Hugging Face configs.
 """
 
 from __future__ import annotations
@@ -27,9 +30,10 @@ from transformers.trainer_callback import CallbackHandler, PrinterCallback, Prog
 
 from actlab.errors import renamed_keywords
 from actlab.integrations._session import Curvature, ProbeSession, one_line
+from actlab.integrations.hidden_act import register
 from actlab.train.loss_spike import SERIES, SpikeGuard
 
-__all__ = ["Curvature", "LossSpikeCallback", "ProbeCallback"]
+__all__ = ["Curvature", "LossSpikeCallback", "ProbeCallback", "register"]
 
 
 class ProbeCallback(TrainerCallback):
