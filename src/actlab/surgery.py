@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import difflib
 import fnmatch
+import inspect
 import sys
 from collections.abc import Callable, Iterable
 
 from torch import nn
 
 from actlab.activations.base import Activation
-from actlab.activations.spec_activation import make_activation
+from actlab.activations.spec_activation import activation, make_activation
 
 #: ``torch.nn`` activation classes treated as activation sites (elementwise or gated).
 TORCH_ACTIVATIONS: tuple[type[nn.Module], ...] = (
@@ -43,6 +44,8 @@ _SPEC_BOUNDS = {"sigmoid": (0.0, 1.0), "tanh": (-1.0, 1.0), "hardtanh": (-1.0, 1
 _HF_SKIP = {"LinearActivation", "ClassInstantier"}
 
 Where = str | Iterable[str] | Callable[[str, nn.Module], bool] | None
+# A factory of new sites: (qualified name, module replaced) -> module or spec; or no arguments.
+Factory = Callable[[str, nn.Module], nn.Module | str] | Callable[[], nn.Module]
 
 
 def _hf_activation_classes() -> tuple[type, ...]:
@@ -151,15 +154,18 @@ def _unbounded(name: str, module: nn.Module) -> bool:
 
 def patch_(
     model: nn.Module,
-    spec: str | Callable[[], nn.Module] | nn.Module,
+    spec: str | nn.Module | Factory,
     where: Where = None,
 ) -> dict[str, nn.Module]:
     """Replace activation sites of ``model`` in place; return ``{name: replaced module}``.
 
     ``spec`` is an actlab spec string (``"relu"``, ``"gelu:adaptive"``), an ``nn.Module``
-    (deep-copied per site, so sites never share parameters) or a zero-argument factory, as
-    :func:`~actlab.activations.spec_activation.make_activation` builds every model's activations.
-    ``where`` selects sites as in :func:`select_sites`. By default (``where=None``) every
+    (deep-copied per site, so sites never share parameters) or a factory called once per
+    site: ``factory(name, old)`` gets the site's qualified name and the module it replaces
+    and returns the new module or a spec string, e.g. ``lambda name, old:
+    actlab.spec_of(old) + ":adaptive"``; a factory that can be called without arguments (a
+    class such as ``nn.GELU``, ``lambda: ...``) is called without them, as before (told
+    apart by its signature). ``where`` selects sites as in :func:`select_sites`. By default (``where=None``) every
     *unbounded* site is replaced and bounded ones (tanh, sigmoid, hardtanh, ...) are kept:
     in modern networks those are gates and poolers (BERT's pooler tanh, squeeze-excitation
     sigmoids), not the hidden nonlinearity one studies. Pass ``where="*"`` to replace them too.
@@ -189,7 +195,7 @@ def patch_(
     replaced: dict[str, nn.Module] = {}
     for name, old in chosen.items():
         first_parent = holders[id(old)][0][0]
-        new = make_activation(spec)
+        new = _build(spec, name, old)
         ref = next(old.parameters(), None)
         if ref is None:
             ref = next(first_parent.parameters(), None)
@@ -200,6 +206,40 @@ def patch_(
             setattr(parent, child_name, new)
         replaced[name] = old
     return replaced
+
+
+def _takes_site(factory: Callable[..., object]) -> bool:
+    """Whether ``factory`` is called as ``factory(name, old)``. A class, or a factory that
+    can be called without arguments, keeps the zero-argument call of old (so a
+    ``functools.partial`` of a class with defaults left, or ``def f(x=1)``, works as before);
+    one that needs arguments must accept those two."""
+    if isinstance(factory, type):
+        return False
+    try:
+        signature = inspect.signature(factory)
+    except (TypeError, ValueError):  # no signature to read (some builtins): the old form
+        return False
+    for arguments, site in (((), False), (("site", nn.Identity()), True)):
+        try:
+            signature.bind(*arguments)
+        except TypeError:
+            continue
+        return site
+    raise TypeError(f"patch_: the factory {factory!r} takes {signature}; give one that takes "
+                    "(name, old) or no arguments")
+
+
+def _build(spec: str | nn.Module | Factory, name: str, old: nn.Module) -> nn.Module:
+    """The new module for the site ``name`` that holds ``old``."""
+    if isinstance(spec, str | nn.Module) or not callable(spec) or not _takes_site(spec):
+        return make_activation(spec)
+    new = spec(name, old)
+    if isinstance(new, str):
+        return activation(new)
+    if not isinstance(new, nn.Module):
+        raise TypeError(f"patch_: the factory returned {type(new).__name__} for the site "
+                        f"{name!r}, not an nn.Module or a spec string")
+    return new
 
 
 def relufy_(model: nn.Module, where: Where = None) -> dict[str, nn.Module]:
