@@ -81,8 +81,12 @@ def data_label(config: ImageTrainingConfig, digits: str = "digits") -> str:
 
 
 def adam_settings(config: ImageTrainingConfig, model_kind: str) -> TrainSettings:
-    """Adam for ``config.steps`` steps at ``vit_lr`` for the ViT, ``lr`` for the other models."""
-    return TrainSettings(optimizer="adam", lr=config.vit_lr if model_kind == "vit" else config.lr,
+    """Adam for ``config.steps`` steps at ``vit_lr`` for the ViT and MaxViT, ``lr`` for the
+    other models."""
+    from actlab.nn.classifiers import TRANSFORMER_KINDS
+
+    transformer = model_kind in TRANSFORMER_KINDS
+    return TrainSettings(optimizer="adam", lr=config.vit_lr if transformer else config.lr,
                          steps=config.steps, batch_size=config.batch_size)
 
 

@@ -8,7 +8,9 @@ time (robust to a shared machine), the median over blocks of steps as in
 ``benchmarks/percentile.py``, reported as a ratio to LayerNorm with its noise (the speed claim is
 judged on the 95 % interval of the per-seed ratios), with test accuracy beside it. The paper measured GPU
 throughput (DiT-S/2, MaxViT-T): up to 28% slower while computing percentiles, 1.00-1.34x the
-baseline once frozen, quality within 2%.
+baseline once frozen, quality within 2%. ``--set models=maxvit`` trains a small MaxViT
+(:mod:`actlab.nn.maxvit`, whose ``maxvit_config("maxvit-t")`` is the paper's MaxViT-T): the
+conditions' norms are its transformer pre-norms, its convolutions keep BatchNorm.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from actlab.errors import ConfigError
 from actlab.experiments.accumulation_stop.claims import claims as summary_claims
 from actlab.experiments.accumulation_stop.figures import draw_figures
 from actlab.experiments.accumulation_stop.summary import build_summary
-from actlab.nn.classifiers import MODEL_KINDS
+from actlab.nn.classifiers import CLASSIFIER_KINDS, TRANSFORMER_KINDS
 from actlab.recipes.image_classifier import (
     adam_settings,
     check_cifar_dir,
@@ -51,7 +53,7 @@ NORMS = ("layernorm", "batchnorm", "percentile", "percentile-frozen")
 class AccumulationStopConfig(CheckedConfig):
     """Models, norms, percentile, warm-up and training length."""
 
-    models: list[str] = checked(default_factory=lambda: ["mlp", "vit"], choices=MODEL_KINDS,
+    models: list[str] = checked(default_factory=lambda: ["mlp", "vit"], choices=CLASSIFIER_KINDS,
                                 nonempty=True)
     norms: list[str] = checked(default_factory=lambda: list(NORMS), choices=NORMS, nonempty=True)
     q: float = checked(0.5, gt=0, lt=1)
@@ -115,9 +117,11 @@ class AccumulationStop(Experiment):
         data = load_config_data(config)
         run = f"{unit['model']}/{unit['norm']}"
         spec = norm_spec(unit["norm"], config.q, config.warmup)
-        # MLP: the norm before each activation; ViT: its pre-norms (as DiT/MaxViT's LayerNorms).
-        norm_args = {"norm": spec} if unit["model"] == "vit" else {"pre_norm": spec}
-        activation = "gelu" if unit["model"] == "vit" else "relu"
+        # MLP: the norm before each activation; ViT and MaxViT: their transformer pre-norms
+        # (as DiT's LayerNorms; MaxViT's convolutions keep BatchNorm).
+        transformer = unit["model"] in TRANSFORMER_KINDS
+        norm_args = {"norm": spec} if transformer else {"pre_norm": spec}
+        activation = "gelu" if transformer else "relu"
         settings = adam_settings(config, unit["model"])
         with torch_threads(1):
             for seed in seeds:

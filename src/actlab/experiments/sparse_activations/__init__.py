@@ -4,7 +4,8 @@
 ReLU², GELU², clipped ReLU² (15, 50), NoisyReLU and SUGAR (B-SiLU surrogate gradient)
 train on digits in CPU-scale models with different norms: the paper's MLP without norm,
 with RMSNorm and with LayerNorm (the norm before each activation), the MLP with skips, a
-small ResNet with BatchNorm and a small ViT with LayerNorm; and, as Table 1's GPT-nano
+small ResNet with BatchNorm and a small ViT with LayerNorm (a setup ``maxvit:layernorm``
+adds a small MaxViT, :mod:`actlab.nn.maxvit`, as Table 9's model); and, as Table 1's GPT-nano
 column, a byte-level GPT (setup ``gpt:layernorm`` or ``gpt:rmsnorm``, the norm of its blocks)
 trained on the standard library's source with the language-model recipe (the ``gpt_*`` fields;
 Muon + AdamW by default, as "Bug or Feature²" App. D.6). Each cell reports test accuracy (for
@@ -24,7 +25,7 @@ from actlab.errors import ConfigError, config_check
 from actlab.experiments.sparse_activations.claims import claims as summary_claims
 from actlab.experiments.sparse_activations.figures import draw_figures
 from actlab.experiments.sparse_activations.summary import CLASSIFIER_METRICS, build_summary
-from actlab.nn.classifiers import MODEL_KINDS
+from actlab.nn.classifiers import CLASSIFIER_KINDS, TRANSFORMER_KINDS
 from actlab.recipes.gpt_cell import GPTCellFields, run_gpt_cell
 from actlab.recipes.image_classifier import (
     adam_settings,
@@ -63,16 +64,18 @@ def parse_setup(setup: str) -> tuple[str, str]:
             raise ConfigError("setups", f"the GPT's norm in {setup!r} must be one of "
                                         f"{', '.join(GPT_NORMS)}")
         return model, norm
-    if model not in MODEL_KINDS:
-        raise ConfigError("setups", f"model {model!r} in {setup!r} must be one of {', '.join(MODEL_KINDS)}")
+    if model not in CLASSIFIER_KINDS:
+        raise ConfigError("setups", f"model {model!r} in {setup!r} must be one of "
+                                    f"{', '.join((*CLASSIFIER_KINDS, GPT))}")
     config_check("setups", parse_norm, norm or "none")
     return model, norm or "none"
 
 
 def setup_model_args(setup: str) -> dict[str, Any]:
-    """``build_classifier`` arguments: ViT norms are its pre-norms, others the pre-activation norm."""
+    """``build_classifier`` arguments: ViT and MaxViT norms are their pre-norms, others the
+    pre-activation norm."""
     model, norm = parse_setup(setup)
-    return {"norm": norm} if model == "vit" else {"pre_norm": norm}
+    return {"norm": norm} if model in TRANSFORMER_KINDS else {"pre_norm": norm}
 
 
 @dataclass
