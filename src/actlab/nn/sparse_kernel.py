@@ -1,0 +1,270 @@
+"""The sparse decode kernel: ``y = mask(x) W^T`` reading only the weights that non-zero inputs need.
+
+Decoding a token through a large FFN reads every weight once, so it runs at the pace of
+memory. An input that is zero for every token of the call needs none of its column of ``W``;
+with the weight stored input-major (``weight_t = W.t().contiguous()``, shape (in, out)), that
+column is one contiguous row of ``weight_t``, and the kernel streams only the rows of the
+active inputs. Three operations, in C++ (``activations/csrc/sparse_decode.cpp``) with a
+PyTorch twin each:
+
+* :func:`active_inputs`: the union over tokens of the inputs with ``|x| > threshold`` (NaN
+  counts as active), and their values with ``|x| <= threshold`` set to zero (TEAL's magnitude
+  sparsity; ``threshold=0`` keeps the non-zeros, an activation's own sparsity);
+* :func:`gather_linear`: ``bias + xc @ weight_t[idx]`` for those inputs;
+* :func:`sparse_rows`: ``x @ weight[idx]^T``, the outputs ``idx`` of an ``nn.Linear``-layout
+  weight (the up projection's rows behind a non-zero gate).
+
+:func:`sparse_linear` puts the first two together, and runs the dense product instead when
+more than ``dense_above`` of the inputs are active (:data:`DENSE_ABOVE`, below the measured
+break-even sparsity the skip cannot pay for its bookkeeping). Weights are float32 or
+bfloat16 (accumulated in float32); inputs float32 or bfloat16. Results equal the dense
+product of the masked input up to float summation order.
+
+The kernel is compiled on first use (a C++ compiler and ``ninja``; about a minute once, then
+cached in torch's extension directory) by :func:`actlab.activations.native.load_extension`,
+as the other opt-in kernels are, with AVX-512, AVX2 and portable loops in one build and the
+best one the CPU supports chosen at run time. Where no compiler is found, or the build
+fails, every function here runs its PyTorch twin (``backend="torch"``), which gathers the
+active rows with ``index_select`` and multiplies with ATen.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from types import ModuleType
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from actlab.activations import native
+from actlab.errors import did_you_mean
+
+__all__ = [
+    "BACKENDS",
+    "DENSE_ABOVE",
+    "ISAS",
+    "SOURCE",
+    "active_inputs",
+    "available",
+    "compiler",
+    "extension",
+    "gather_linear",
+    "isa_supported",
+    "masked",
+    "sparse_linear",
+    "sparse_linears",
+    "sparse_rows",
+]
+
+SOURCE = native.SOURCE.parent / "sparse_decode.cpp"
+#: The instruction sets of the kernel's loops, by the number the extension uses.
+ISAS = ("portable", "avx2", "avx512")
+BACKENDS = ("auto", "kernel", "torch")
+#: Share of active inputs above which :func:`sparse_linear` runs the dense product: the
+#: break-even sparsity of ``benchmarks/sparse_decode.py`` (ours, measured on a 2-core AMD EPYC,
+#: float32, one and two threads) is below 10 %, so the kernel runs from 10 % sparsity on.
+DENSE_ABOVE = 0.9
+
+_NAME = "actlab_sparse_decode"
+_KERNEL_DTYPES = (torch.float32, torch.bfloat16)
+
+
+def compiler() -> str | None:
+    """The C++ compiler torch's extension builder would run (``$CXX`` or ``c++``), or ``None``."""
+    return shutil.which(os.environ.get("CXX", "c++"))
+
+
+def extension() -> ModuleType | None:
+    """The compiled kernel (built on first use), or ``None`` without a compiler or when the
+    build failed (then :func:`actlab.activations.native.build_error` says why)."""
+    if _NAME not in native._extensions and compiler() is None:
+        return None  # no compiler: the PyTorch path, without a build attempt or warning
+    return native.load_extension(_NAME, [SOURCE], uses_kinds=False)
+
+
+def available() -> bool:
+    """Whether the C++ kernel can run here."""
+    return extension() is not None
+
+
+def isa_supported(isa: str) -> bool:
+    """Whether the kernel's ``isa`` loop (one of :data:`ISAS`) runs on this CPU."""
+    ext = extension()
+    return ext is not None and bool(ext.supported()[_isa_number(isa)])
+
+
+def masked(x: Tensor, threshold: float = 0.0) -> Tensor:
+    """``x`` with the entries ``|x| <= threshold`` set to zero (NaN kept); ``x`` itself when
+    ``threshold`` is 0 (the zeros are already zero)."""
+    if threshold == 0.0:
+        return x
+    return torch.where(x.abs() <= threshold, torch.zeros((), dtype=x.dtype), x)
+
+
+def active_inputs(x: Tensor, threshold: float = 0.0, *,
+                  backend: str = "auto") -> tuple[Tensor, Tensor]:
+    """``(idx, xc)``: the inputs of ``x`` (tokens, in) active for at least one token, ascending,
+    and their values (tokens, len(idx)), zero where ``|x| <= threshold``."""
+    ext = _kernel(backend, x)
+    if ext is not None:
+        idx, xc = ext.compact(x.float().contiguous(), float(threshold))
+        return idx, xc.to(x.dtype)
+    xm = masked(x, threshold)
+    idx = (xm != 0).any(0).nonzero().squeeze(1)
+    return idx, xm.index_select(1, idx)
+
+
+def gather_linear(xc: Tensor, idx: Tensor, weight_t: Tensor, bias: Tensor | None = None, *,
+                  backend: str = "auto", isa: str | None = None) -> Tensor:
+    """``bias + xc @ weight_t[idx]``: the product with only the rows ``idx`` of the input-major
+    weight ``weight_t`` (in, out), ``xc`` (tokens, len(idx))."""
+    ext = _kernel(backend, xc, weight_t)
+    if ext is None:
+        wide = torch.promote_types(xc.dtype, weight_t.dtype)
+        out = xc.to(wide) @ weight_t.index_select(0, idx).to(wide)
+        return (out if bias is None else out + bias).to(xc.dtype)
+    b = None if bias is None else bias.float().contiguous()
+    out = ext.cols(xc.float().contiguous(), idx.contiguous(), weight_t, b, _isa_arg(isa))
+    return out.to(xc.dtype)
+
+
+def sparse_rows(x: Tensor, weight: Tensor, idx: Tensor, bias: Tensor | None = None, *,
+                backend: str = "auto", isa: str | None = None) -> Tensor:
+    """``F.linear(x, weight[idx], bias[idx])``: the outputs ``idx`` only, reading only those
+    rows of the ``nn.Linear``-layout ``weight`` (out, in); ``x`` (..., in) -> (..., len(idx))."""
+    lead = x.shape[:-1]
+    flat = x.reshape(-1, x.shape[-1])
+    ext = _kernel(backend, flat, weight)
+    if ext is None:
+        wide = torch.promote_types(flat.dtype, weight.dtype)
+        out = F.linear(flat.to(wide), weight.index_select(0, idx).to(wide)).to(x.dtype)
+    else:
+        out = ext.rows(flat.float().contiguous(), idx.contiguous(), weight, _isa_arg(isa))
+        out = out.to(x.dtype)
+    if bias is not None:
+        out = out + bias.index_select(0, idx)
+    return out.reshape(*lead, idx.numel())
+
+
+def sparse_linear(x: Tensor, weight_t: Tensor, bias: Tensor | None = None, *,
+                  threshold: float = 0.0, weight: Tensor | None = None,
+                  dense_above: float | None = None, backend: str = "auto",
+                  isa: str | None = None) -> Tensor:
+    """``F.linear(masked(x, threshold), W, bias)`` reading only the rows of ``weight_t = W^T``
+    (in, out, contiguous) whose inputs are active for some token of ``x`` (..., in).
+
+    Args:
+        weight: ``W`` itself (out, in), if the caller has it: the dense product (run when more
+            than ``dense_above`` of the inputs are active) then uses torch's own kernel on
+            ``W``'s layout, as the unmodified layer would.
+        dense_above: active share above which the product runs dense (default
+            :data:`DENSE_ABOVE` with the C++ kernel; the PyTorch path never switches).
+        backend: ``"auto"`` (the kernel where it is built, else PyTorch), ``"kernel"`` (error
+            if it cannot be built) or ``"torch"``.
+        isa: the kernel loop to run (one of :data:`ISAS`; default the best this CPU runs).
+    """
+    isa_number = _isa_arg(isa)  # checked before any path is chosen
+    lead, n = x.shape[:-1], x.shape[-1]
+    if weight_t.dim() != 2 or weight_t.shape[0] != n:
+        raise ValueError(f"sparse_linear: x has {n} features, weight_t has shape "
+                         f"{tuple(weight_t.shape)} (expected ({n}, out))")
+    flat = x.reshape(-1, n)
+    ext = _kernel(backend, flat, weight_t)
+    if ext is None:
+        idx, xc = active_inputs(flat, threshold, backend="torch")
+        if (dense_above is None or idx.numel() <= dense_above * n
+                or not _dense_ok(x, weight, weight_t)):
+            out = gather_linear(xc, idx, weight_t, bias, backend="torch")
+            return out.reshape(*lead, weight_t.shape[1])
+        return _dense(masked(flat, threshold), weight_t, weight, bias).reshape(*lead, -1)
+    limit = DENSE_ABOVE if dense_above is None else dense_above
+    if not _dense_ok(x, weight, weight_t):
+        limit = 2.0  # no dense kernel computes this: always the sparse one
+    outs, xm = ext.linear(flat.float().contiguous(), [weight_t], [_bias32(bias)],
+                          float(threshold), float(limit), isa_number)
+    if outs:
+        return outs[0].to(x.dtype).reshape(*lead, weight_t.shape[1])
+    return _dense(flat if xm is None else xm, weight_t, weight, bias).reshape(*lead, -1)
+
+
+def sparse_linears(x: Tensor, layers: list[tuple[Tensor, Tensor, Tensor | None]], *,
+                   threshold: float = 0.0, dense_above: float | None = None,
+                   backend: str = "auto") -> list[Tensor]:
+    """:func:`sparse_linear` for several layers reading one input (a gated FFN's gate and up
+    projections), whose active inputs are found once. ``layers``: ``(weight_t, weight,
+    bias)`` each, ``weight`` the ``nn.Linear``-layout weight (out, in)."""
+    lead, n = x.shape[:-1], x.shape[-1]
+    flat = x.reshape(-1, n)
+    ext = _kernel(backend, flat, layers[0][0])
+    if ext is None:
+        idx, xc = active_inputs(flat, threshold, backend="torch")
+        if (dense_above is None or idx.numel() <= dense_above * n
+                or not all(_dense_ok(x, w, wt) for wt, w, _ in layers)):
+            return [gather_linear(xc, idx, wt, b, backend="torch").reshape(*lead, wt.shape[1])
+                    for wt, _, b in layers]
+        xm = masked(flat, threshold)
+    else:
+        limit = DENSE_ABOVE if dense_above is None else dense_above
+        if not all(_dense_ok(x, w, wt) for wt, w, _ in layers):
+            limit = 2.0
+        outs, xm = ext.linear(flat.float().contiguous(), [wt for wt, _, _ in layers],
+                              [_bias32(b) for _, _, b in layers], float(threshold),
+                              float(limit), -1)
+        if outs:
+            return [out.to(x.dtype).reshape(*lead, out.shape[1]) for out in outs]
+        xm = flat if xm is None else xm
+    return [_dense(xm, wt, w, b).reshape(*lead, wt.shape[1]) for wt, w, b in layers]
+
+
+def _dense(xm: Tensor, weight_t: Tensor, weight: Tensor | None, bias: Tensor | None) -> Tensor:
+    """Torch's dense product of the masked input: on ``weight``'s own layout when given."""
+    xm = xm.to(weight_t.dtype)
+    if weight is not None:
+        return F.linear(xm, weight, bias)
+    return xm @ weight_t if bias is None else torch.addmm(bias, xm, weight_t)
+
+
+def _bias32(bias: Tensor | None) -> Tensor | None:
+    return None if bias is None else bias.float().contiguous()
+
+
+def _dense_ok(x: Tensor, weight: Tensor | None, weight_t: Tensor) -> bool:
+    """Whether torch's dense product computes what the kernel does: the same dtypes (a float32
+    input times bfloat16 weights has no torch kernel that keeps the input's precision)."""
+    return x.dtype == (weight if weight is not None else weight_t).dtype
+
+
+def _kernel(backend: str, x: Tensor, weight: Tensor | None = None) -> ModuleType | None:
+    """The extension if ``backend`` asks for it and it applies to these tensors, else ``None``."""
+    if backend not in BACKENDS:
+        hint = did_you_mean(backend, BACKENDS, quote=True, prefix="; ")
+        raise ValueError(f"unknown backend {backend!r}{hint} (valid: {', '.join(BACKENDS)})")
+    if backend == "torch":
+        return None
+    fits = (x.device.type == "cpu" and x.dtype in _KERNEL_DTYPES and x.dim() == 2
+            and (weight is None or (weight.device.type == "cpu"
+                                    and weight.dtype in _KERNEL_DTYPES
+                                    and weight.is_contiguous())))
+    ext = extension() if fits or backend == "kernel" else None
+    if backend == "kernel":
+        if ext is None:
+            raise RuntimeError("the sparse decode kernel is unavailable here: "
+                               f"{native.build_error() or 'no C++ compiler found'}")
+        if not fits:
+            raise ValueError("the sparse decode kernel takes CPU float32/bfloat16 inputs and "
+                             f"contiguous weights; got input {x.dtype} on {x.device}, weights "
+                             f"{None if weight is None else weight.dtype}")
+    return ext
+
+
+def _isa_number(isa: str) -> int:
+    if isa not in ISAS:
+        hint = did_you_mean(isa, ISAS, quote=True, prefix="; ")
+        raise ValueError(f"unknown instruction set {isa!r}{hint} (valid: {', '.join(ISAS)})")
+    return ISAS.index(isa)
+
+
+def _isa_arg(isa: str | None) -> int:
+    return -1 if isa is None else _isa_number(isa)
