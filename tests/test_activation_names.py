@@ -10,6 +10,7 @@ checked against a dense trapezoid integral of the reference module, and ``spec_o
 
 from __future__ import annotations
 
+import copy
 import math
 
 import pytest
@@ -95,8 +96,6 @@ def _same(ours: nn.Module, ref: nn.Module, *, rtol: float = 1e-12, atol: float =
 
 def _fresh(module: nn.Module) -> nn.Module:
     """A fresh copy of a reference (tests must not share gradients)."""
-    import copy
-
     return copy.deepcopy(module)
 
 
@@ -153,11 +152,6 @@ def test_timm_name_same_function_and_gradients(name: str) -> None:
 
 
 # ------------------------------------------------------------------------------ transformers
-def _hf_names() -> list[str]:
-    transformers_activations = pytest.importorskip("transformers.activations")
-    return sorted(transformers_activations.ACT2CLS)
-
-
 @pytest.fixture(scope="module")
 def hf():
     return pytest.importorskip("transformers.activations")
@@ -298,9 +292,9 @@ def test_spec_of_actlab_module_and_act_layer_class() -> None:
     # activation() of an actlab module is a copy with its state
     adaptive = actlab.activation("gelu:adaptive:momentum=0.5")
     adaptive(torch.randn(8, 16))
-    copy = actlab.activation(adaptive)
-    assert copy is not adaptive
-    assert torch.equal(copy.center.running_mean, adaptive.center.running_mean)
+    duplicate = actlab.activation(adaptive)
+    assert duplicate is not adaptive
+    assert torch.equal(duplicate.center.running_mean, adaptive.center.running_mean)
 
 
 @pytest.mark.parametrize(("module", "words"), [
@@ -312,6 +306,35 @@ def test_spec_of_refuses_modules_without_a_spec(module: nn.Module, words: str) -
         actlab.spec_of(module)
     with pytest.raises(SpecError, match=words):
         actlab.activation(module)
+
+
+def test_spec_of_a_subclass_only_when_it_computes_what_its_base_does() -> None:
+    class Plain(nn.ReLU6):
+        pass
+
+    class Own(nn.ReLU):
+        def forward(self, x):
+            return x.abs()
+
+    assert actlab.spec_of(Plain()) == "relu6"
+    with pytest.raises(SpecError, match="has its own forward"):
+        actlab.spec_of(Own())
+
+
+def _timm_class(name: str, forward, base: type = nn.Module) -> type:
+    """A stand-in for timm's class ``name``: its module and name, and its source's forward."""
+    return type(name, (base,), {"__module__": "timm.layers.activations", "__qualname__": name,
+                                "forward": lambda self, x: forward(x)})
+
+
+@pytest.mark.parametrize(("cls", "spec"), [
+    (_timm_class("HardMish", lambda x: 0.5 * x * (x + 2).clamp(min=0, max=2)), "hard_mish"),
+    (_timm_class("QuickGELU", lambda x: x * torch.sigmoid(1.702 * x)), "silu:beta=1.702"),
+    (_timm_class("GELUTanh", lambda x: F.gelu(x, approximate="tanh")), "gelu:tanh"),
+])
+def test_timm_classes_by_module_and_name(cls: type, spec: str) -> None:
+    assert actlab.spec_of(cls) == spec
+    _same(actlab.activation(cls), cls())
 
 
 def test_activation_of_a_class_that_needs_arguments_says_so() -> None:

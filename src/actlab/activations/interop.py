@@ -130,6 +130,7 @@ _FIXED: dict[str, str] = {
 _BY_NAME: dict[str, Namer] = {
     _HF + "ClippedGELUActivation": _clipped_gelu_spec,
     _HF + "XIELUActivation": _xielu_spec,
+    _TIMM + "PReLU": _prelu_spec,  # nn.PReLU with an inplace argument, forward F.prelu
 }
 
 
@@ -186,11 +187,15 @@ def spec_of(module: nn.Module | type[nn.Module]) -> str:
         return parse_spec(module.spec).canonical
     for cls in type(module).__mro__:
         qualified = f"{cls.__module__}.{cls.__qualname__}"
-        if qualified in _FIXED:
-            return parse_spec(_FIXED[qualified]).canonical
         namer = _TORCH.get(cls) or _BY_NAME.get(qualified)
-        if namer is not None:
-            return parse_spec(namer(module)).canonical
+        if qualified in _FIXED or namer is not None:
+            # a subclass is named as its known base only if it computes what the base does
+            if type(module).forward is not cls.forward:
+                raise SpecError(f"spec_of: {type(module).__name__} derives from "
+                                f"{cls.__name__} but has its own forward; actlab cannot tell "
+                                "what it computes")
+            return parse_spec(_FIXED[qualified] if qualified in _FIXED
+                              else namer(module)).canonical
     raise SpecError(f"spec_of: {type(module).__name__} ({type(module).__module__}) has no "
                     "actlab spec; the torch.nn ones that do: "
                     + ", ".join(sorted(c.__name__ for c in _TORCH)))
