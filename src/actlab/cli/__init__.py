@@ -31,7 +31,7 @@ def main() -> None:
 
 # Modules that define commands on `main`; each owns its own commands.
 for _module in ("actlab.cli.info", "actlab.cli.runner", "actlab.cli.profile",
-                "actlab.cli.trajectory"):
+                "actlab.cli.trajectory", "actlab.cli.plan"):
     try:
         importlib.import_module(_module)
     except ModuleNotFoundError as _exc:  # a command module not written yet

@@ -29,10 +29,10 @@ def load_plugins() -> None:
         importlib.import_module(name)
 
 
-def _scale(quick: bool, full: bool) -> str:
-    if quick and full:
-        raise click.UsageError("--quick and --full exclude each other")
-    return "quick" if quick else "full" if full else "default"
+def _scale(quick: bool, full: bool, paper: bool = False) -> str:
+    if quick + full + paper > 1:
+        raise click.UsageError("--quick, --full and --paper exclude each other")
+    return "quick" if quick else "full" if full else "paper" if paper else "default"
 
 
 def _finish(outcomes: list[RunOutcome]) -> None:
@@ -88,6 +88,10 @@ def _use_native(native: bool, device: str) -> None:
     extension()  # ResidualMLP's fused ensemble kernels, built now rather than mid-run
 
 
+PAPER_HELP = ("Use the documents' setting (model, optimiser, schedule, steps, batch, evaluation; "
+              "every value's source in config.json) on your data: --set data=PATH. "
+              "`actlab run --list` marks the experiments that have one; `actlab plan` prices it.")
+
 NATIVE_HELP = ("Use the opt-in C++ kernels: one-pass shifted/adaptive activations and "
                "ResidualMLP's fused ensemble training (same results to rounding; needs a C++ "
                "compiler, built once).")
@@ -98,6 +102,7 @@ def _common(function):
     options = [
         click.option("--quick", is_flag=True, help="Use the experiment's quick scale."),
         click.option("--full", is_flag=True, help="Use the experiment's full scale."),
+        click.option("--paper", is_flag=True, help=PAPER_HELP),
         click.option("--seeds", type=int, default=None, help="Number of seeds (values 0..N-1)."),
         click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Override a config field."),
         click.option("--out", type=click.Path(file_okay=False), default="runs", show_default=True,
@@ -128,15 +133,17 @@ def _common(function):
 @click.argument("experiment", required=False)
 @click.option("--list", "list_only", is_flag=True, help="List the registered experiments.")
 @_common
-def run_command(experiment, list_only, quick, full, seeds, sets, out, name, resume, overwrite,
+def run_command(experiment, list_only, quick, full, paper, seeds, sets, out, name, resume, overwrite,
                 workers, threads, device, native, tensorboard, mlflow):
     """Run EXPERIMENT into OUT/EXPERIMENT/NAME (config, env, metrics, summary, figures, report)."""
     load_plugins()
     if list_only:
         from actlab.runner.experiment import list_experiments
 
+        click.echo(f"{'experiment':24s} {'paper':5s} description  (paper: has a --paper preset)")
         for key, cls in list_experiments().items():
-            click.echo(f"{key:24s} {cls.description}")
+            marker = "yes" if cls.paper is not None else "-"
+            click.echo(f"{key:24s} {marker:5s} {cls.description}")
         return
     if not experiment:
         raise click.UsageError("missing EXPERIMENT (or use --list)")
@@ -145,7 +152,8 @@ def run_command(experiment, list_only, quick, full, seeds, sets, out, name, resu
                          workers=_workers(workers, device), threads=_threads(threads),
                          device=device, tensorboard=tensorboard, mlflow=mlflow,
                          command=list(sys.argv))
-    outcome = run_experiment(experiment, _scale(quick, full), parse_assignments(sets), None, seeds, options)
+    outcome = run_experiment(experiment, _scale(quick, full, paper), parse_assignments(sets), None,
+                             seeds, options)
     _finish([outcome])
 
 
@@ -156,8 +164,8 @@ def run_command(experiment, list_only, quick, full, seeds, sets, out, name, resu
 @click.option("--backend", type=click.Choice(["local", "ray"]), default="local", show_default=True)
 @click.option("--address", default=None, help="Ray cluster address (default: start a local instance).")
 @_common
-def sweep_command(experiment, grid, backend, address, quick, full, seeds, sets, out, name, resume,
-                  overwrite, workers, threads, device, native, tensorboard, mlflow):
+def sweep_command(experiment, grid, backend, address, quick, full, paper, seeds, sets, out, name,
+                  resume, overwrite, workers, threads, device, native, tensorboard, mlflow):
     """Run EXPERIMENT over every combination of --grid values, as one resumable run directory."""
     load_plugins()
     _use_native(native, device)
@@ -168,8 +176,8 @@ def sweep_command(experiment, grid, backend, address, quick, full, seeds, sets, 
                          threads=_threads(threads),
                          address=address, device=device, tensorboard=tensorboard, mlflow=mlflow,
                          command=list(sys.argv))
-    outcome = run_experiment(experiment, _scale(quick, full), parse_assignments(sets), parse_grid(grid),
-                             seeds, options)
+    outcome = run_experiment(experiment, _scale(quick, full, paper), parse_assignments(sets),
+                             parse_grid(grid), seeds, options)
     _finish([outcome])
 
 

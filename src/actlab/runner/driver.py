@@ -132,6 +132,8 @@ def _config_record(plan: Plan, name: str, grid: dict[str, list[str]]) -> dict[st
     }
     if not grid:
         record["config"] = config_to_dict(plan.configs[0])
+    if plan.scale == "paper":  # every preset value with its source (runner.paper)
+        record["paper"] = plan.experiment.paper.record()
     return json.loads(dumps(record))
 
 

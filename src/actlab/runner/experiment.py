@@ -119,6 +119,9 @@ class Experiment:
     Config: ClassVar[type] = object  # a dataclass (a CheckedConfig: checks as field metadata)
     quick: ClassVar[dict[str, Any]] = {}  # field overrides for --quick
     full: ClassVar[dict[str, Any]] = {}  # field overrides for --full
+    # The documents' setting for --paper: a runner.paper.PaperPreset (values with sources,
+    # the data set it needs); None when the documents state none beyond the default.
+    paper: ClassVar[Any] = None
     default_seeds: ClassVar[int] = 3
     seeds_per_unit: ClassVar[int | None] = 1  # None: all seeds in one unit (ensembles)
     headline_figure: ClassVar[str | None] = None  # figures/<name>.png shown in the index
@@ -135,6 +138,12 @@ class Experiment:
     ) -> UnitResult:
         """Run one unit of work and return its rows; must be deterministic given the seeds."""
         raise NotImplementedError
+
+    def workloads(self, config: Any, unit: dict[str, Any]) -> list[Any]:
+        """What one seed of ``unit`` trains, for ``actlab plan``: a list of
+        :class:`actlab.runner.cost.Workload` (model built on the meta device, example batch,
+        steps, optimizer). Experiments without one cannot be priced."""
+        raise NotImplementedError(f"{self.name} has no cost model for `actlab plan`")
 
     def summarize(self, config: Any, table: Any, results: list[dict[str, Any]], ctx: RunContext) -> dict:
         """Headline numbers for ``summary.json`` (and figures via ``ctx.save_figure``).

@@ -18,7 +18,7 @@ from actlab.errors import ConfigError
 from actlab.runner.config import build_config
 from actlab.runner.experiment import Experiment
 
-SCALES = ("quick", "default", "full")
+SCALES = ("quick", "default", "full", "paper")
 
 
 @dataclass(frozen=True)
@@ -119,9 +119,14 @@ def slug(text: str, limit: int = 80) -> str:
 
 
 def scale_overrides(experiment: Experiment, scale: str) -> dict[str, Any]:
-    """The field overrides a scale implies (``default`` has none)."""
+    """The field overrides a scale implies (``default`` has none; ``paper`` the values of the
+    experiment's :class:`~actlab.runner.paper.PaperPreset`)."""
     if scale not in SCALES:
         raise ConfigError("scale", f"must be one of {', '.join(SCALES)}, got {scale!r}")
+    if scale == "paper":
+        from actlab.runner.paper import paper_preset
+
+        return paper_preset(experiment).overrides()
     return dict({"quick": experiment.quick, "full": experiment.full}.get(scale, {}))
 
 
@@ -154,6 +159,12 @@ def make_plan(
     """Build and validate every config and list the units; config problems raise ``ConfigError``."""
     overrides = dict(overrides or {})
     grid = dict(grid or {})
+    if scale == "paper":  # data=PATH to the preset's data field; refused without it
+        from actlab.runner.paper import paper_overrides, paper_seeds
+
+        overrides = paper_overrides(experiment, overrides)
+        if n_seeds is None:
+            n_seeds = paper_seeds(experiment)
     for key in grid:
         if key in overrides:
             raise ConfigError(key, "given both in --set and --grid")
