@@ -13,6 +13,7 @@ from actlab.curvature import (
     hutchinson_trace,
     spectral_density,
     top_eigenvalues,
+    warm_start,
 )
 
 
@@ -136,3 +137,30 @@ def test_slq_quadrature_is_exact_for_low_moments(hessian_and_dense):
     grid = torch.linspace(float(evals[0]) - 1, float(evals[-1]) + 1, 2001)
     dens = full.evaluate(grid, sigma=0.05)
     assert float(torch.trapezoid(dens, grid)) == pytest.approx(1.0, abs=1e-3)
+
+
+def test_a_warm_start_from_the_previous_vectors_saves_products_and_keeps_the_values():
+    # A slowly drifting spectrum (two checkpoints of one model): 200 x 200, top 5 well apart.
+    g = torch.Generator().manual_seed(3)
+    q, _ = torch.linalg.qr(torch.randn(200, 200, dtype=torch.float64, generator=g))
+    spectrum = torch.cat([torch.tensor([9.0, 7.0, 5.5, 4.5, 3.8]),
+                          torch.linspace(0.01, 2.0, 195)]).double()
+    before = DenseOperator(q @ torch.diag(spectrum) @ q.T)
+    turn, _ = torch.linalg.qr(torch.eye(200, dtype=torch.float64)
+                              + 0.01 * torch.randn(200, 200, dtype=torch.float64, generator=g))
+    q2 = turn @ q
+    after = DenseOperator(q2 @ torch.diag(spectrum * 1.05) @ q2.T)
+    exact = (spectrum * 1.05).sort(descending=True).values[:5]
+    _, old_vectors, _ = top_eigenvalues(before, k=5, tol=1e-8, max_iter=200,
+                                        generator=torch.Generator().manual_seed(0))
+    cold, _, cold_info = top_eigenvalues(after, k=5, tol=1e-8, max_iter=200,
+                                         generator=torch.Generator().manual_seed(0))
+    warm, _, warm_info = top_eigenvalues(after, k=5, tol=1e-8, max_iter=200,
+                                         start=warm_start(old_vectors, torch.Generator().manual_seed(0)))
+    torch.testing.assert_close(cold, exact, rtol=1e-7, atol=0)
+    torch.testing.assert_close(warm, exact, rtol=1e-7, atol=0)
+    assert warm_info.converged and warm_info.matvecs < cold_info.matvecs
+    with pytest.raises(ValueError, match="start"):
+        top_eigenvalues(after, k=1, start=torch.zeros(200, dtype=torch.float64))
+    with pytest.raises(ValueError, match="start"):
+        top_eigenvalues(after, k=1, method="power", start=old_vectors[:, 0])

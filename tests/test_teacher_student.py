@@ -242,3 +242,34 @@ def test_fig2_loss_claims_are_judged_at_the_papers_step_100_and_can_fail():
     assert judged(108, 0.1, 0.2, 9.5)["overshoot-peaks-around-step-100"].held is False
     assert judged(108, 0.1, 0.2, 201.0)["overshoot-peaks-around-step-100"].held is False
     assert near["unshifted-faster-early"].quoted == {"paper_early": 100}
+
+
+def test_every_seeds_plane_projection_matches_seed_zeros_drawn_trajectory():
+    from actlab.curvature import initial_gradient_plane, project_trajectory
+    from actlab.recipes.teacher_student import start_point
+
+    settings = ModelSettings(**{**TINY, "dtype": "float64"})
+    start = {}
+    run = train_students(settings, "relu", {"unshifted": "relu:shift=0",
+                                            "shifted": "relu:shift=theory"}, [0, 1],
+                         checkpoint_seed_index=0, track_plane=True,
+                         on_start=lambda _t, m, x, y: start.update(p=start_point(m, x, y, "mse")))
+    p = start["p"]
+    e1, e2 = initial_gradient_plane(p.grads["unshifted"], p.grads["shifted"])
+    for cond in ("unshifted", "shifted"):
+        drawn = project_trajectory(run.checkpoints[cond], p.theta0, e1, e2).numpy()
+        np.testing.assert_allclose(run.plane[cond][0, :, :2], drawn, rtol=1e-9, atol=1e-12)
+        lengths = torch.stack([(c - p.theta0).pow(2).sum() for c in run.checkpoints[cond]])
+        np.testing.assert_allclose(run.plane[cond][0, :, 2], lengths.numpy(), rtol=1e-9)
+        assert np.all(run.plane[cond][0, :, 2] + 1e-12 >= (run.plane[cond][0, :, :2] ** 2).sum(-1))
+    assert run.plane["shifted"].shape == (2, len(run.steps), 3)
+
+
+def test_turn_on_the_plane_is_the_angle_between_early_and_later_displacement():
+    from actlab.experiments.teacher_student.paths import turn_degrees
+
+    # columns are seeds: straight on, a right angle, a reversal
+    alpha = pd.DataFrame({0: [0.0, 1.0, 3.0], 1: [0.0, 1.0, 1.0], 2: [0.0, 2.0, 1.0]})
+    beta = pd.DataFrame({0: [0.0, 1.0, 3.0], 1: [0.0, 0.0, 2.0], 2: [0.0, 0.0, 0.0]})
+    # arccos near 1 loses half the digits: 1e-5 deg
+    np.testing.assert_allclose(turn_degrees(alpha, beta, 1, 2), [0.0, 90.0, 180.0], atol=1e-5)

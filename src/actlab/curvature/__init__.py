@@ -18,6 +18,7 @@ __getattr__, __dir__, __all__ = lazy_exports(__name__, {
     "lanczos": ".eigen",
     "power_iteration": ".eigen",
     "top_eigenvalues": ".eigen",
+    "warm_start": ".eigen",
     "flat_gradient": ".functional",
     "select_parameters": ".functional",
     "PlaneGrid": ".landscape",

@@ -49,6 +49,31 @@ def _random_unit(dim: int, like: CurvatureOperator, generator: torch.Generator |
     return v / v.norm()
 
 
+def _start_unit(start: torch.Tensor, like: CurvatureOperator) -> torch.Tensor:
+    if start.shape != (like.dim,):
+        raise ValueError(f"start: needs shape ({like.dim},), got {tuple(start.shape)}")
+    v = start.detach().to(dtype=like.dtype, device=like.device)
+    norm = v.norm()
+    if not torch.isfinite(norm) or norm == 0:
+        raise ValueError("start: needs a finite, non-zero vector")
+    return v / norm
+
+
+def warm_start(vectors: torch.Tensor, generator: torch.Generator | None = None,
+               noise: float = 1e-2) -> torch.Tensor:
+    """A Lanczos start vector from the previous top eigenvectors ``vectors`` (``(dim, k)``).
+
+    Their sum, each with unit weight, plus ``noise`` times a random unit vector: the Krylov
+    space then holds the old top-``k`` directions after ``k`` products (exactly the new ones
+    when they have not moved), and the random part keeps it from being stuck in them when
+    they have.
+    """
+    total = vectors.sum(dim=1)
+    r = torch.randn(vectors.shape[0], generator=generator, dtype=torch.float64)
+    r = r.to(dtype=vectors.dtype, device=vectors.device)
+    return total / total.norm() + noise * r / r.norm()
+
+
 def _check(op: CurvatureOperator, k: int, tol: float) -> None:
     if k < 1 or k > op.dim:
         raise ValueError(f"k must be in [1, dim={op.dim}], got {k}")
@@ -64,6 +89,7 @@ def top_eigenvalues(
     max_iter: int | None = None,
     generator: torch.Generator | None = None,
     which: str = "largest",
+    start: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, EigenInfo]:
     """The ``k`` top eigenpairs of a symmetric operator.
 
@@ -73,7 +99,8 @@ def top_eigenvalues(
     algebraic (sharpness); ``"magnitude"`` largest ``|λ|``; power iteration only supports
     ``"magnitude"`` semantics and is flagged so in the docs. ``max_iter`` bounds Lanczos
     steps (default ``min(dim, max(100, 4k))``) or power iterations per eigenpair (default
-    1000). ``generator`` seeds the start vector.
+    1000). ``generator`` seeds the start vector; Lanczos takes ``start`` instead (a warm
+    start, e.g. :func:`warm_start` of the previous checkpoint's vectors).
     """
     _check(op, k, tol)
     if method not in _METHODS:
@@ -81,7 +108,10 @@ def top_eigenvalues(
     if which not in _WHICH:
         raise ValueError(f"unknown which {which!r}; valid: {', '.join(_WHICH)}")
     if method == "lanczos":
-        return lanczos(op, k, tol=tol, max_iter=max_iter, generator=generator, which=which)
+        return lanczos(op, k, tol=tol, max_iter=max_iter, generator=generator, which=which,
+                       start=start)
+    if start is not None:
+        raise ValueError("start: only the lanczos method takes a start vector")
     return power_iteration(op, k, tol=tol, max_iter=max_iter or 1000, generator=generator)
 
 
@@ -143,6 +173,7 @@ def lanczos(
     max_iter: int | None = None,
     generator: torch.Generator | None = None,
     which: str = "largest",
+    start: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, EigenInfo]:
     """Top-``k`` eigenpairs by Lanczos with full re-orthogonalisation (see :func:`top_eigenvalues`).
 
@@ -158,7 +189,7 @@ def lanczos(
     basis = torch.empty(steps, dim, dtype=op.dtype, device=op.device)
     alphas: list[float] = []
     betas: list[float] = []
-    q = _random_unit(dim, op, generator)
+    q = _random_unit(dim, op, generator) if start is None else _start_unit(start, op)
     converged = False
     theta = s = None
     rel_res: list[float] = []

@@ -31,6 +31,7 @@ against the teacher's softmax, logged as the KL divergence to the teacher.
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -51,6 +52,7 @@ from actlab.train.callbacks import (
     EvalLog,
     GradientAngle,
     LossHistory,
+    TopCurvature,
     top_curvature,
 )
 from actlab.train.ensemble import Ensemble, EnsembleTrainer
@@ -125,9 +127,14 @@ def shift_conditions(activation: str, offsets: Sequence[float], include_zero: bo
     return {f"b={b:+.4f}": b for b in sorted(values)}
 
 
-def curvature_top(loss: str, tol: float = 1e-3, max_iter: int = 40) -> Callable[..., dict]:
-    """A ``curvature_fn`` for :func:`train_students`: top Gauss-Newton and Hessian eigenvalues."""
-    return functools.partial(top_curvature, loss=get_loss(loss), tol=tol, max_iter=max_iter)
+def curvature_top(loss: str, tol: float = 1e-3, max_iter: int = 40, k: int = 1,
+                  warm_start: bool = False) -> Callable[..., dict]:
+    """A ``curvature_fn`` for :func:`train_students`: the top Gauss-Newton eigenvalue and the
+    top ``k`` Hessian eigenvalues (warm-started from the same student's previous
+    measurement with ``warm_start``; :class:`~actlab.train.callbacks.TopCurvature`)."""
+    if k == 1 and not warm_start:
+        return functools.partial(top_curvature, loss=get_loss(loss), tol=tol, max_iter=max_iter)
+    return TopCurvature(get_loss(loss), k=k, tol=tol, max_iter=max_iter, warm_start=warm_start)
 
 
 # --------------------------------------------------------------------------- training
@@ -139,7 +146,9 @@ class StudentRun:
     ``hidden_mean[c]`` and ``post_act_mean[c]``: ``(S, T, L)``. ``train_loss[c]``: ``(S,
     steps)`` loss of each update's batch. ``grad_angles``: ``{k: (S,)}`` degrees between
     the first two conditions' gradients at update ``k``. ``curvature``: rows ``(condition,
-    seed, step, kind, value)``. ``diverged[c]``: ``(S,)`` bools. ``members``: condition and
+    seed, step, kind, value)``. ``plane[c]``: ``(S, T, 3)``, each student's displacement
+    from the common start on its seed's initial-gradient plane (``alpha``, ``beta``) and its
+    squared length (``track_plane``). ``diverged[c]``: ``(S,)`` bools. ``members``: condition and
     seed access to the trained students (:class:`MemberView`).
     """
 
@@ -154,6 +163,7 @@ class StudentRun:
     grad_angles: dict[int, np.ndarray] = field(default_factory=dict)
     curvature: list[tuple[str, int, int, str, float]] = field(default_factory=list)
     checkpoints: dict[str, list[Tensor]] = field(default_factory=dict)
+    plane: dict[str, np.ndarray] = field(default_factory=dict)
     members: MemberView | None = None
 
     @property
@@ -184,6 +194,11 @@ class StudentRun:
                 result.add(f"{prefix}/pair", seed, k, "", "grad_angle", angles[si])
         for cond, seed, step, kind, value in self.curvature:
             result.add(f"{prefix}/{cond}", seed, step, "", kind, value)
+        for c, values in self.plane.items():
+            for si, seed in enumerate(self.seeds):
+                for ti, step in enumerate(self.steps):
+                    for j, metric in enumerate(PLANE_METRICS):
+                        result.add(f"{prefix}/{c}", seed, step, "", metric, values[si, ti, j])
 
 
 def build_models(
@@ -229,6 +244,7 @@ def train_students(
     curvature_points: int = 0,
     curvature_fn: Callable[..., dict[str, float]] | None = None,
     on_start: Callable[[Ensemble, MemberView, Tensor, Tensor], None] | None = None,
+    track_plane: bool = False,
 ) -> StudentRun:
     """Train every condition's students for all seeds as one ensemble; see :class:`StudentRun`.
 
@@ -237,6 +253,9 @@ def train_students(
     every logged step (trajectories). ``curvature_fn(model, batch) -> {kind: value}`` runs on
     the first ``curvature_seeds`` seeds at ``curvature_points`` logged steps. ``on_start``
     sees ``(teachers, students, x_eval, y_eval)`` before the first update (landscapes).
+    ``track_plane`` projects every student's displacement, at every logged step, on its
+    seed's initial-gradient plane of the first two conditions (eq. 4; Fig. 3 for every
+    seed, without keeping checkpoints).
     """
     seeds, names = list(seeds), list(conditions)
     n, C = len(seeds), len(names)
@@ -263,6 +282,8 @@ def train_students(
         floor = -(y_eval_m * torch.log(y_eval_m.clamp_min(1e-30))).sum(-1).mean(-1)
     if on_start is not None:
         on_start(teacher, members, x_eval, y_eval)
+    plane = (seed_planes(members, x_eval, y_eval, settings.loss, names[:2])
+             if track_plane and C >= 2 else None)
 
     steps = log_steps(settings.steps, settings.log_points,
                       also=[max(1, round(0.05 * settings.steps)), PAPER_EARLY_STEP])
@@ -276,6 +297,8 @@ def train_students(
             out, stats = ens.call(x_eval_m, return_stats=True)["all"]
             row = {"eval_loss": torch.vmap(loss_fn)(out, y_eval_m) - floor,
                    "hidden_mean": stats["hidden_mean"], "post_act_mean": stats["post_act_mean"]}
+            if plane is not None:
+                row["plane"] = plane.project(ens.flat_params("all"))
             if checkpoint_seed_index is not None:
                 flat = ens.flat_params("all")
                 row["checkpoints"] = [flat[i * n + checkpoint_seed_index].clone() for i in range(C)]
@@ -325,6 +348,8 @@ def _collect(names: list[str], seeds: list[int], steps: list[int], rows: list[di
                      split("post_act_mean"), {c: train[i * n:(i + 1) * n] for i, c in
                                               enumerate(names)},
                      {c: dead[i].copy() for i, c in enumerate(names)}, members=members)
+    if rows and "plane" in rows[0]:
+        run.plane = split("plane")
     if rows and "checkpoints" in rows[0]:
         run.checkpoints = {c: [r["checkpoints"][i] for r in rows] for i, c in enumerate(names)}
     for c in names:
@@ -377,6 +402,48 @@ def start_point(members: MemberView, x_eval: Tensor, y_eval: Tensor, loss: str,
     theta0 = members.flat_params(pair[0])[0].clone()
     grads = {c: flat_gradient(members.member(c, 0), _landscape_loss(loss), batch) for c in pair}
     return StartPoint(batch, theta0, grads)
+
+
+PLANE_METRICS = ("plane_alpha", "plane_beta", "displacement_sq")
+
+
+@dataclass
+class SeedPlanes:
+    """Per seed the common start ``theta0`` ``(S, P)`` and the orthonormal basis ``e1``,
+    ``e2`` ``(S, P)`` of its initial-gradient plane (eq. 4)."""
+
+    theta0: Tensor
+    e1: Tensor
+    e2: Tensor
+
+    def project(self, flat: Tensor) -> Tensor:
+        """``(C*S, 3)``: each member's displacement on its seed's plane and its squared length
+        (``flat``: ``(C*S, P)`` in condition-major order)."""
+        reps = flat.shape[0] // self.theta0.shape[0]
+        d = flat - self.theta0.repeat(reps, 1)
+        return torch.stack([(d * self.e1.repeat(reps, 1)).sum(1),
+                            (d * self.e2.repeat(reps, 1)).sum(1), (d * d).sum(1)], dim=1)
+
+
+def seed_planes(members: MemberView, x_eval: Tensor, y_eval: Tensor, loss: str,
+                pair: Sequence[str], size: int = 512) -> SeedPlanes:
+    """Every seed's initial-gradient plane of ``pair`` on the first ``size`` evaluation inputs
+    (for seed 0 the plane :func:`start_point` and :func:`landscape` draw)."""
+    from actlab.curvature import flat_gradient, initial_gradient_plane
+
+    theta0 = members.flat_params(pair[0]).clone()
+    e1s, e2s = [], []
+    for si in range(theta0.shape[0]):
+        batch = (x_eval[si, :size], y_eval[si, :size])
+        g1, g2 = (flat_gradient(members.member(c, si), _landscape_loss(loss), batch)
+                  for c in pair)
+        try:
+            e1, e2 = initial_gradient_plane(g1, g2)
+        except ValueError:  # parallel initial gradients: no plane for this seed
+            e1 = e2 = torch.full_like(g1, math.nan)
+        e1s.append(e1)
+        e2s.append(e2)
+    return SeedPlanes(theta0, torch.stack(e1s), torch.stack(e2s))
 
 
 def landscape(run: StudentRun, start: StartPoint, loss: str, points: int,

@@ -273,9 +273,12 @@ class CurvatureSchedule(EvalLog):
         self.measure_model = measure or (lambda model, batch: top_curvature(model, batch, loss))
 
     def on_step(self, trainer: Any, step: int, loss: Tensor | None) -> None:
-        """Measure every target model on its batch."""
+        """Measure every target model on its batch (a keyed measure also gets the key)."""
+        keyed = getattr(self.measure_model, "keyed", False)
         for key, (model, batch) in self.targets(trainer).items():
-            self.rows.append({"step": step, "key": key, **self.measure_model(model, batch)})
+            values = (self.measure_model(model, batch, key=key) if keyed
+                      else self.measure_model(model, batch))
+            self.rows.append({"step": step, "key": key, **values})
 
 
 def top_curvature(model: torch.nn.Module, batch: Any, loss: Any, tol: float = 1e-3,
@@ -291,6 +294,49 @@ def top_curvature(model: torch.nn.Module, batch: Any, loss: Any, tol: float = 1e
                                        generator=torch.Generator().manual_seed(0))
         out[kind] = float(values[0])
     return out
+
+
+class TopCurvature:
+    """A keyed :class:`CurvatureSchedule` measure: the top Gauss-Newton eigenvalue and the
+    top ``k`` Hessian eigenvalues, the Hessian's Lanczos warm-started from the same model's
+    vectors at its previous measurement.
+
+    Returns ``lambda_max_gn``, ``lambda_max_hessian`` (the largest), ``lambda_hessian_{i}``
+    for ``i = 2..k`` and ``hessian_matvecs`` (the Hessian-vector products that Lanczos
+    used, so a run shows what the warm start saves). ``warm_start=False`` starts every
+    measurement from the same seeded random vector, as :func:`top_curvature` does.
+    """
+
+    keyed = True
+
+    def __init__(self, loss: Any, k: int = 1, tol: float = 1e-3, max_iter: int = 40,
+                 warm_start: bool = True) -> None:
+        if k < 1:
+            raise ValueError(f"k: needs at least 1, got {k}")
+        self.loss, self.k, self.tol, self.warm = loss, k, tol, warm_start
+        self.max_iter = max(max_iter, 2 * k)
+        self.previous: dict[Any, Tensor] = {}
+
+    def __call__(self, model: torch.nn.Module, batch: Any, key: Any = None) -> dict[str, float]:
+        """Measure ``model`` on ``batch``; ``key`` names the model across measurements."""
+        from actlab.curvature import GaussNewtonOperator, HessianOperator, top_eigenvalues
+        from actlab.curvature import warm_start as warm_vector
+
+        gn, _, _ = top_eigenvalues(GaussNewtonOperator(model, self.loss, [batch]), k=1,
+                                   tol=self.tol, max_iter=self.max_iter,
+                                   generator=torch.Generator().manual_seed(0))
+        op = HessianOperator(model, self.loss, [batch])
+        old = self.previous.get(key) if self.warm else None
+        start = None if old is None else warm_vector(old, torch.Generator().manual_seed(0))
+        values, vectors, info = top_eigenvalues(op, k=self.k, tol=self.tol,
+                                                max_iter=self.max_iter, start=start,
+                                                generator=torch.Generator().manual_seed(0))
+        if self.warm:
+            self.previous[key] = vectors.detach()
+        out = {"lambda_max_gn": float(gn[0]), "lambda_max_hessian": float(values[0])}
+        out.update({f"lambda_hessian_{i + 1}": float(v) for i, v in enumerate(values) if i})
+        out["hessian_matvecs"] = float(info.matvecs)
+        return out
 
 
 class GradientAngle(Callback):

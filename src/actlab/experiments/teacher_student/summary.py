@@ -30,6 +30,11 @@ from actlab.analysis import (
     pd_frame,
     value_at,
 )
+from actlab.experiments.teacher_student.paths import (
+    block_numbers,
+    plane_numbers,
+    sharpness_paths,
+)
 from actlab.recipes.teacher_student import PAPER_EARLY_STEP, ModelSettings
 
 if TYPE_CHECKING:
@@ -150,6 +155,9 @@ def _activation_entry(config: Config, table: Any, activation: str, pair: dict[st
         for cond in ("unshifted", "shifted"):
             final = final_values(table, f"{activation}/{cond}", kind)
             entry[f"{key}_{cond}"] = finite_mean(final) if len(final) else None
+    entry.update(sharpness_paths(table, activation))
+    entry.update(plane_numbers(table, activation, pair["early_step"], data.get("landscape")))
+    entry.update(block_numbers(table, activation, config.L))
     # the theory from the config, not from the unit's data (which older runs filled at eta = lr)
     theory = theory_angles(activation, config)
     angles = table[(table.run == f"{activation}/pair") & (table.metric == "grad_angle")]
@@ -167,3 +175,4 @@ def _activation_entry(config: Config, table: Any, activation: str, pair: dict[st
 def _per_seed(rows: Any) -> list[float]:
     """The ``value`` of each seed's row, in ascending seed order (NaN where not finite)."""
     return [float(v) for v in rows.sort_values("seed").value.to_numpy(dtype=float)]
+
