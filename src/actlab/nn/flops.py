@@ -12,6 +12,9 @@ FLOPs (:class:`FlopCount`) are counted at the level of torch functions, by a
   weighted values over all key positions; a causal mask is not subtracted);
 * ``torch.matmul`` / ``@`` / ``mm`` / ``bmm`` / ``addmm`` / ``baddbmm``: ``2 * output elements * K``.
 
+Reading a value out of a meta tensor inside the mode (``int(t)``, ``t.item()``) gives a
+placeholder (0, 0.5 or False), so that models with such reads are priced on ``meta`` too.
+
 A multiply-add is two FLOPs; bias adds, norms, activations, softmax and elementwise work are not
 counted (the convention of :class:`torch.utils.flop_counter.FlopCounterMode`, which counts the
 same products at the ATen level, and against which the tests check this count on every model
@@ -93,6 +96,20 @@ _RULES: dict[Callable[..., Any], Callable[[tuple, dict, Any], int]] = {
 }
 
 
+# Reading a value out of a meta tensor (a norm's step counter, a data-dependent branch) gets a
+# placeholder, so that models with such reads are priced on the meta device too.
+_READS = {Tensor.__int__, Tensor.__float__, Tensor.__bool__, Tensor.__index__, Tensor.item,
+          Tensor.tolist}
+
+
+def _placeholder(tensor: Tensor, func: Callable[..., Any]) -> Any:
+    if func is Tensor.tolist:
+        return torch.zeros(tensor.shape, dtype=tensor.dtype).tolist()
+    if tensor.dtype == torch.bool or func is Tensor.__bool__:
+        return False
+    return 0.5 if tensor.is_floating_point() and func is not Tensor.__index__ else 0
+
+
 @dataclass
 class FlopCount:
     """FLOPs counted while the mode was active, in total and per kind of operation."""
@@ -115,6 +132,8 @@ class _Counting(TorchFunctionMode):
 
     def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: D105
         kwargs = kwargs or {}
+        if func in _READS and isinstance(args[0], Tensor) and args[0].is_meta:
+            return _placeholder(args[0], func)
         out = func(*args, **kwargs)
         rule = _RULES.get(func)
         if rule is not None:

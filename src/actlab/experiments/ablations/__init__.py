@@ -17,6 +17,7 @@ from typing import Any, ClassVar
 from actlab.experiments.ablations.claims import claims as ablation_claims
 from actlab.experiments.ablations.figures import ablations_figure
 from actlab.experiments.ablations.summary import summarize
+from actlab.experiments.teacher_student.paper import ABLATIONS, students
 from actlab.recipes.teacher_student import ModelSettings, train_students
 from actlab.runner.experiment import (
     STATUS_DIVERGED,
@@ -67,12 +68,17 @@ class Ablations(Experiment):
         "log_points": 30,
     }
     full: ClassVar[dict[str, Any]] = {"d": 50, "m": 200, "L": 20, "steps": 8000}
+    paper: ClassVar[Any] = ABLATIONS
     default_seeds: ClassVar[int] = 8
     seeds_per_unit: ClassVar[int | None] = None
 
     def units(self, config: Config) -> list[dict[str, Any]]:
         """One unit per variant."""
         return [{"variant": v} for v in config.variants]
+
+    def workloads(self, config: Config, unit: dict[str, Any]) -> list[Any]:
+        """The two students of a seed under the variant and their teacher (``actlab plan``)."""
+        return students(dataclasses.replace(config, **VARIANTS[unit["variant"]]), 2)
 
     def run_unit(self, config: Config, unit: dict[str, Any], seeds: list[int],
                  ctx: UnitContext) -> UnitResult:

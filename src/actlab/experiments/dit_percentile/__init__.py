@@ -42,6 +42,7 @@ import pandas as pd
 
 from actlab.activations.spec import parse_spec
 from actlab.errors import ConfigError, config_check
+from actlab.experiments.dit_paper import DIT_PERCENTILE, dit_workloads
 from actlab.experiments.dit_percentile.claims import claims as summary_claims
 from actlab.experiments.dit_percentile.figures import draw_figures
 from actlab.experiments.dit_percentile.summary import PREFIX, build_summary, conditions
@@ -138,12 +139,19 @@ class DiTPercentile(Experiment):
         "topk_levels": [0.10],
     }
     full = {"steps": 8000, "eval_points": 6}
+    paper = DIT_PERCENTILE
     default_seeds = 2
     seeds_per_unit = 1
 
     def units(self, config: DiTPercentileConfig) -> list[dict[str, Any]]:
         """One unit per condition (and seed)."""
         return [{"condition": c} for c in conditions(config)]
+
+    def workloads(self, config: DiTPercentileConfig, unit: dict[str, Any]) -> list:
+        """The condition's DiT and its EMA (``actlab plan``)."""
+        condition = unit["condition"]
+        return dit_workloads(config, activation=config.activation_spec(condition),
+                             norm=config.norm_spec(condition), bias=config.bias)
 
     def run_unit(
         self, config: DiTPercentileConfig, unit: dict[str, Any], seeds: list[int], ctx: UnitContext

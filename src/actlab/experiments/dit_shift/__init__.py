@@ -23,6 +23,7 @@ from typing import Any
 
 import pandas as pd
 
+from actlab.experiments.dit_paper import DIT_SHIFT, dit_workloads
 from actlab.experiments.dit_shift.claims import claims as summary_claims
 from actlab.experiments.dit_shift.figures import draw_figures
 from actlab.experiments.dit_shift.summary import CONDITIONS, PREFIX, build_summary
@@ -74,12 +75,17 @@ class DiTShift(Experiment):
         "grid_per_class": 3,
     }
     full = {"steps": 8000, "eval_points": 6}
+    paper = DIT_SHIFT
     default_seeds = 3
     seeds_per_unit = 1
 
     def units(self, config: DiTShiftConfig) -> list[dict[str, Any]]:
         """One unit per condition (and seed)."""
         return [{"condition": c, "activation": getattr(config, c)} for c in CONDITIONS]
+
+    def workloads(self, config: DiTShiftConfig, unit: dict[str, Any]) -> list:
+        """The condition's DiT and its EMA (``actlab plan``)."""
+        return dit_workloads(config, activation=unit["activation"])
 
     def run_unit(
         self, config: DiTShiftConfig, unit: dict[str, Any], seeds: list[int], ctx: UnitContext

@@ -50,6 +50,7 @@ import torch
 from actlab.experiments.lm_drift.claims import claims
 from actlab.experiments.lm_drift.figures import draw
 from actlab.experiments.lm_drift.summary import build_summary
+from actlab.experiments.lm_paper import GPT_NANO, gpt_workloads
 from actlab.nn.gpt import GPT
 from actlab.recipes.language_model import (
     LMScale,
@@ -112,6 +113,7 @@ class LMDriftExperiment(Experiment):
     Config = LMDriftConfig
     quick = {"compile_model": "off", "n_layer": 2, "n_embd": 64, "block_size": 64,
              "batch_size": 16, "steps": 150, "eval_batches": 2, "probe_every": 25}
+    paper = GPT_NANO
     default_seeds = 3
     seeds_per_unit = 1
 
@@ -119,6 +121,12 @@ class LMDriftExperiment(Experiment):
         """One unit per normalisation, optimizer and activation."""
         return [{"norm": n, "optimizer": o, "activation": a} for n in config.norms
                 for o in OPTIMIZERS for a in config.activations]
+
+    def workloads(self, config: LMDriftConfig, unit: dict) -> list:
+        """The arm's GPT with its validation and trajectory probe (``actlab plan``)."""
+        scale = config.arm(unit["optimizer"], unit["norm"])
+        return gpt_workloads(scale, activation=unit["activation"],
+                             probe_batches=config.probe_batches, probe_every=config.probe_every)
 
     def run_unit(self, config: LMDriftConfig, unit: dict, seeds: list[int],
                  ctx: UnitContext) -> UnitResult:

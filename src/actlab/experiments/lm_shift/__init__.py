@@ -41,6 +41,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from actlab.errors import config_check
+from actlab.experiments.lm_paper import GPT2_SMALL, gpt_workloads
 from actlab.experiments.lm_shift.claims import claims
 from actlab.experiments.lm_shift.figures import draw
 from actlab.experiments.lm_shift.summary import CONDITIONS, build_summary
@@ -101,12 +102,19 @@ class LMShiftExperiment(Experiment):
     quick = {"compile_model": "off",
              "n_layer": 2, "n_embd": 64, "block_size": 64, "batch_size": 16, "steps": 250,
              "eval_batches": 4, "probe_every": 10, "warmup": 13, "eval_every": 25}
+    paper = GPT2_SMALL
     default_seeds = 3
     seeds_per_unit = 1
 
     def units(self, config: LMShiftConfig) -> list[dict]:
         """One unit per activation and condition."""
         return [{"activation": a, "condition": c} for a in config.activations for c in CONDITIONS]
+
+    def workloads(self, config: LMShiftConfig, unit: dict) -> list:
+        """The condition's GPT with its validation and trajectory probe (``actlab plan``)."""
+        spec = unit["activation"] + (":adaptive" if unit["condition"] == "shifted" else "")
+        return gpt_workloads(config, activation=spec, probe_batches=config.probe_batches,
+                             probe_every=config.probe_every)
 
     def run_unit(self, config: LMShiftConfig, unit: dict, seeds: list[int],
                  ctx: UnitContext) -> UnitResult:

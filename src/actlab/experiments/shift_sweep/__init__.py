@@ -15,6 +15,7 @@ from actlab.activations.registry import theory_shift
 from actlab.experiments.shift_sweep.claims import claims as shift_sweep_claims
 from actlab.experiments.shift_sweep.figures import shift_sweep_figure
 from actlab.experiments.shift_sweep.summary import loss_by_shift, summarize
+from actlab.experiments.teacher_student.paper import SHIFT_SWEEP, students
 from actlab.recipes.teacher_student import (
     ModelSettings,
     check_shift_offsets,
@@ -69,12 +70,19 @@ class ShiftSweep(Experiment):
         "shift_offsets": [-0.15, -0.075, 0.0, 0.075, 0.15], "log_points": 8,
     }
     full: ClassVar[dict[str, Any]] = {"steps": 10000}
+    paper: ClassVar[Any] = SHIFT_SWEEP
     default_seeds: ClassVar[int] = 6
     seeds_per_unit: ClassVar[int | None] = None
 
     def units(self, config: Config) -> list[dict[str, Any]]:
         """One unit per activation."""
         return [{"activation": a} for a in config.activations]
+
+    def workloads(self, config: Config, unit: dict[str, Any]) -> list[Any]:
+        """One student per shift of a seed and their teacher (``actlab plan``)."""
+        shifts = shift_conditions(unit["activation"], config.shift_offsets,
+                                  config.include_unshifted)
+        return students(config, len(shifts))
 
     def run_unit(self, config: Config, unit: dict[str, Any], seeds: list[int],
                  ctx: UnitContext) -> UnitResult:

@@ -21,6 +21,7 @@ from actlab.errors import ConfigError
 from actlab.experiments.size_sweep.claims import claims as size_sweep_claims
 from actlab.experiments.size_sweep.figures import optimal_shift_figure, size_grid_figure
 from actlab.experiments.size_sweep.summary import grid_cells, optimal_samples, summarize
+from actlab.experiments.teacher_student.paper import SIZE_SWEEP, students
 from actlab.recipes.teacher_student import (
     ModelSettings,
     check_shift_offsets,
@@ -95,6 +96,7 @@ class SizeSweep(Experiment):
         "grid_d": [10, 20, 50], "grid_m": [20, 80, 200], "grid_L": [10, 20],
         "sizes": ["5x20x2", "20x80x10", "50x200x20"], "steps": 5000,
     }
+    paper: ClassVar[Any] = SIZE_SWEEP
     default_seeds: ClassVar[int] = 8
     seeds_per_unit: ClassVar[int | None] = None
 
@@ -103,6 +105,15 @@ class SizeSweep(Experiment):
         grid = [{"part": "grid", "d": d, "m": m, "L": L}
                 for L in config.grid_L for d in config.grid_d for m in config.grid_m]
         return grid + [{"part": "optimal", "size": s} for s in config.sizes]
+
+    def workloads(self, config: Config, unit: dict[str, Any]) -> list[Any]:
+        """A grid cell's two students, or a size's students of every shift, and their
+        teacher (``actlab plan``)."""
+        if unit["part"] == "grid":
+            return students(config, 2, d=unit["d"], m=unit["m"], L=unit["L"])
+        d, m, L = parse_size(unit["size"])
+        shifts = shift_conditions(config.activation, config.shift_offsets, include_zero=False)
+        return students(config, len(shifts), d=d, m=m, L=L)
 
     def run_unit(self, config: Config, unit: dict[str, Any], seeds: list[int],
                  ctx: UnitContext) -> UnitResult:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from actlab.experiments.lm_paper import GPT_NANO, gpt_workloads
 from actlab.experiments.spikes.claims import claims
 from actlab.experiments.spikes.figures import draw
 from actlab.experiments.spikes.measures import (
@@ -68,12 +69,17 @@ class SpikesExperiment(Experiment):
     quick = {"compile_model": "off",
              "n_layer": 4, "n_embd": 64, "block_size": 64, "batch_size": 16, "steps": 128,
              "eval_batches": 4}
+    paper = GPT_NANO
     default_seeds = 3
     seeds_per_unit = 1
 
     def units(self, config: SpikesConfig) -> list[dict]:
         """One unit per activation."""
         return [{"activation": spec} for spec in config.activations]
+
+    def workloads(self, config: SpikesConfig, unit: dict) -> list:
+        """The activation's GPT with its validation (``actlab plan``)."""
+        return gpt_workloads(config, activation=unit["activation"])
 
     def run_unit(self, config: SpikesConfig, unit: dict, seeds: list[int],
                  ctx: UnitContext) -> UnitResult:
