@@ -279,3 +279,29 @@ def test_summation_bound_is_tight_enough_to_catch_a_dropped_row():
     error = ((dropped.double() - x.double()) @ wt.double()).abs()
     assert (error > bound).float().mean() > 0.9
     assert math.isfinite(float(bound.max()))
+
+
+@pytest.mark.slow
+def test_benchmark_smoke_run(kernel):
+    """benchmarks/sparse_decode.py on a small FFN shape: its JSON line carries the issue's
+    keys and a row per form, sparsity and token count."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "sparse_decode.py"
+    proc = subprocess.run([sys.executable, str(script), "--quick", "--shape", "64,96",
+                           "--no-minilm", "--gpt-steps", "2", "--repeats", "1",
+                           "--windows", "1"],
+                          capture_output=True, text=True, timeout=300, check=True)
+    figures = json.loads(proc.stdout.strip().splitlines()[-1])
+    for key in ("llama7b_s85_speedup", "llama7b_s50_speedup", "llama7b_s85_bandwidth_fraction"):
+        assert figures[key] > 0, key
+    forms = {(r["form"], r["sparsity"], r["tokens"]) for r in figures["llama7b"]}
+    assert {("teal", 0.85, 1), ("activation", 0.85, 1), ("teal", 0.5, 8)} <= forms
+    for row in figures["llama7b"]:
+        # bound: dense bytes over the bytes of the active rows, >= 1 and 1 / (1 - s) at most
+        assert 1.0 <= row["bound"] <= 1 / (1 - row["sparsity"]) + 0.5
+    assert set(figures["quality"]["gpt"]) == {"dense_loss", "s0.4_loss", "s0.5_loss",
+                                              "s0.7_loss", "s0.85_loss"}

@@ -17,6 +17,8 @@ __getattr__, __dir__, __all__ = lazy_exports(__name__, {
     "ffn_flops_per_token": ".ffn",
     "sparse_down": ".sparse_ffn",
     "sparse_inference": ".sparse_ffn",
+    "sparse_linear": ".sparse_kernel",
+    "calibrate_thresholds": ".sparse_calibration",
     "ResidualMLP": ".residual_mlp",
     "OneBlock": ".one_block",
     "MLP": ".mlp",

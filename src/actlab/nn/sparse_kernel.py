@@ -79,8 +79,11 @@ def compiler() -> str | None:
 def extension() -> ModuleType | None:
     """The compiled kernel (built on first use), or ``None`` without a compiler or when the
     build failed (then :func:`actlab.activations.native.build_error` says why)."""
-    if _NAME not in native._extensions and compiler() is None:
-        return None  # no compiler: the PyTorch path, without a build attempt or warning
+    if _NAME in native._extensions:  # built, failed or found without a compiler before
+        return native._extensions[_NAME]
+    if compiler() is None:  # the PyTorch path, without a build attempt or a warning
+        native._extensions[_NAME] = None
+        return None
     return native.load_extension(_NAME, [SOURCE], uses_kinds=False)
 
 
@@ -166,27 +169,26 @@ def sparse_linear(x: Tensor, weight_t: Tensor, bias: Tensor | None = None, *,
         isa: the kernel loop to run (one of :data:`ISAS`; default the best this CPU runs).
     """
     isa_number = _isa_arg(isa)  # checked before any path is chosen
-    lead, n = x.shape[:-1], x.shape[-1]
+    n = x.shape[-1]
     if weight_t.dim() != 2 or weight_t.shape[0] != n:
         raise ValueError(f"sparse_linear: x has {n} features, weight_t has shape "
                          f"{tuple(weight_t.shape)} (expected ({n}, out))")
-    flat = x.reshape(-1, n)
-    ext = _kernel(backend, flat, weight_t)
+    ext = _kernel(backend, x, weight_t)
     if ext is None:
+        lead, flat = x.shape[:-1], x.reshape(-1, n)
         idx, xc = active_inputs(flat, threshold, backend="torch")
         if (dense_above is None or idx.numel() <= dense_above * n
                 or not _dense_ok(x, weight, weight_t)):
             out = gather_linear(xc, idx, weight_t, bias, backend="torch")
             return out.reshape(*lead, weight_t.shape[1])
-        return _dense(masked(flat, threshold), weight_t, weight, bias).reshape(*lead, -1)
+        return _dense(masked(x, threshold), weight_t, weight, bias)
     limit = DENSE_ABOVE if dense_above is None else dense_above
     if not _dense_ok(x, weight, weight_t):
         limit = 2.0  # no dense kernel computes this: always the sparse one
-    outs, xm = ext.linear(flat.float().contiguous(), [weight_t], [_bias32(bias)],
-                          float(threshold), float(limit), isa_number)
+    outs, xm = ext.linear(x, [weight_t], [bias], threshold, limit, isa_number)
     if outs:
-        return outs[0].to(x.dtype).reshape(*lead, weight_t.shape[1])
-    return _dense(flat if xm is None else xm, weight_t, weight, bias).reshape(*lead, -1)
+        return outs[0]
+    return _dense(x if xm is None else xm, weight_t, weight, bias)
 
 
 def sparse_linears(x: Tensor, layers: list[tuple[Tensor, Tensor, Tensor | None]], *,
@@ -195,27 +197,26 @@ def sparse_linears(x: Tensor, layers: list[tuple[Tensor, Tensor, Tensor | None]]
     """:func:`sparse_linear` for several layers reading one input (a gated FFN's gate and up
     projections), whose active inputs are found once. ``layers``: ``(weight_t, weight,
     bias)`` each, ``weight`` the ``nn.Linear``-layout weight (out, in)."""
-    lead, n = x.shape[:-1], x.shape[-1]
-    flat = x.reshape(-1, n)
-    ext = _kernel(backend, flat, layers[0][0])
+    ext = _kernel(backend, x, layers[0][0])
     if ext is None:
+        lead, n = x.shape[:-1], x.shape[-1]
+        flat = x.reshape(-1, n)
         idx, xc = active_inputs(flat, threshold, backend="torch")
         if (dense_above is None or idx.numel() <= dense_above * n
                 or not all(_dense_ok(x, w, wt) for wt, w, _ in layers)):
             return [gather_linear(xc, idx, wt, b, backend="torch").reshape(*lead, wt.shape[1])
                     for wt, _, b in layers]
-        xm = masked(flat, threshold)
+        xm = masked(x, threshold)
     else:
         limit = DENSE_ABOVE if dense_above is None else dense_above
         if not all(_dense_ok(x, w, wt) for wt, w, _ in layers):
             limit = 2.0
-        outs, xm = ext.linear(flat.float().contiguous(), [wt for wt, _, _ in layers],
-                              [_bias32(b) for _, _, b in layers], float(threshold),
-                              float(limit), -1)
+        outs, xm = ext.linear(x, [wt for wt, _, _ in layers], [b for _, _, b in layers],
+                              threshold, limit, -1)
         if outs:
-            return [out.to(x.dtype).reshape(*lead, out.shape[1]) for out in outs]
-        xm = flat if xm is None else xm
-    return [_dense(xm, wt, w, b).reshape(*lead, wt.shape[1]) for wt, w, b in layers]
+            return outs
+        xm = x if xm is None else xm
+    return [_dense(xm, wt, w, b) for wt, w, b in layers]
 
 
 def _dense(xm: Tensor, weight_t: Tensor, weight: Tensor | None, bias: Tensor | None) -> Tensor:
@@ -223,11 +224,8 @@ def _dense(xm: Tensor, weight_t: Tensor, weight: Tensor | None, bias: Tensor | N
     xm = xm.to(weight_t.dtype)
     if weight is not None:
         return F.linear(xm, weight, bias)
-    return xm @ weight_t if bias is None else torch.addmm(bias, xm, weight_t)
-
-
-def _bias32(bias: Tensor | None) -> Tensor | None:
-    return None if bias is None else bias.float().contiguous()
+    out = xm @ weight_t
+    return out if bias is None else out + bias
 
 
 def _dense_ok(x: Tensor, weight: Tensor | None, weight_t: Tensor) -> bool:
@@ -238,14 +236,13 @@ def _dense_ok(x: Tensor, weight: Tensor | None, weight_t: Tensor) -> bool:
 
 def _kernel(backend: str, x: Tensor, weight: Tensor | None = None) -> ModuleType | None:
     """The extension if ``backend`` asks for it and it applies to these tensors, else ``None``."""
+    if backend == "torch":
+        return None
     if backend not in BACKENDS:
         hint = did_you_mean(backend, BACKENDS, quote=True, prefix="; ")
         raise ValueError(f"unknown backend {backend!r}{hint} (valid: {', '.join(BACKENDS)})")
-    if backend == "torch":
-        return None
-    fits = (x.device.type == "cpu" and x.dtype in _KERNEL_DTYPES and x.dim() == 2
-            and (weight is None or (weight.device.type == "cpu"
-                                    and weight.dtype in _KERNEL_DTYPES
+    fits = (x.is_cpu and x.dtype in _KERNEL_DTYPES
+            and (weight is None or (weight.is_cpu and weight.dtype in _KERNEL_DTYPES
                                     and weight.is_contiguous())))
     ext = extension() if fits or backend == "kernel" else None
     if backend == "kernel":

@@ -244,29 +244,12 @@ std::vector<Tensor> compact(const Tensor& x, double threshold) {
   return {idx, xc};
 }
 
-// y (T, out) = bias + xc (T, k) @ wt[idx], wt (in, out) input-major.
-Tensor cols(const Tensor& xc, const Tensor& idx, const Tensor& wt,
-            const c10::optional<Tensor>& bias, int64_t isa) {
-  check_activations(xc, "cols");
-  check_weight(wt, "cols");
-  check_index(idx, wt.size(0), "cols");
-  TORCH_CHECK(xc.size(1) == idx.numel(), "cols: xc has ", xc.size(1), " columns, idx ",
-              idx.numel());
-  const int64_t T = xc.size(0), k = idx.numel(), out = wt.size(1);
-  const float* bp = nullptr;
-  if (bias.has_value() && bias->defined()) {
-    TORCH_CHECK(bias->scalar_type() == at::kFloat && bias->is_contiguous() &&
-                    bias->numel() == out,
-                "cols: bias must be a contiguous float32 vector of ", out);
-    bp = bias->const_data_ptr<float>();
-  }
-  Tensor y = torch::empty({T, out}, xc.options());
-  const int64_t use = resolve_isa(isa);
-  const float* xp = xc.const_data_ptr<float>();
-  const int64_t* ip = idx.const_data_ptr<int64_t>();
+// y (T, out) = bias + xc (T, k) @ wt[idx] on raw pointers; threads take column blocks.
+void run_cols(const float* xp, int64_t T, int64_t k, const int64_t* ip, const Tensor& wt,
+              const float* bp, float* yp, int64_t isa) {
+  const int64_t use = resolve_isa(isa), out = wt.size(1);
   const void* wp = wt.const_data_ptr();
   const bool bf16 = is_bf16(wt);
-  float* yp = y.mutable_data_ptr<float>();
   const int64_t blocks = column_blocks(T, k, out);
   const int64_t width = ((out + blocks - 1) / blocks + 15) / 16 * 16;
   at::parallel_for(0, blocks, 1, [&](int64_t b0, int64_t b1) {
@@ -280,6 +263,27 @@ Tensor cols(const Tensor& xc, const Tensor& idx, const Tensor& wt,
       sd_portable::cols(xp, T, k, ip, wp, bf16, out, bp, yp, c0, c1);
     }
   });
+}
+
+const float* bias_pointer(const c10::optional<Tensor>& bias, int64_t out, const char* name) {
+  if (!bias.has_value() || !bias->defined()) return nullptr;
+  TORCH_CHECK(bias->scalar_type() == at::kFloat && bias->is_contiguous() &&
+                  bias->numel() == out,
+              name, ": bias must be a contiguous float32 vector of ", out);
+  return bias->const_data_ptr<float>();
+}
+
+// y (T, out) = bias + xc (T, k) @ wt[idx], wt (in, out) input-major.
+Tensor cols(const Tensor& xc, const Tensor& idx, const Tensor& wt,
+            const c10::optional<Tensor>& bias, int64_t isa) {
+  check_activations(xc, "cols");
+  check_weight(wt, "cols");
+  check_index(idx, wt.size(0), "cols");
+  TORCH_CHECK(xc.size(1) == idx.numel(), "cols: xc has ", xc.size(1), " columns, idx ",
+              idx.numel());
+  Tensor y = torch::empty({xc.size(0), wt.size(1)}, xc.options());
+  run_cols(xc.const_data_ptr<float>(), xc.size(0), idx.numel(), idx.const_data_ptr<int64_t>(),
+           wt, bias_pointer(bias, wt.size(1), "cols"), y.mutable_data_ptr<float>(), isa);
   return y;
 }
 
@@ -311,32 +315,69 @@ Tensor rows(const Tensor& x, const Tensor& idx, const Tensor& w, int64_t isa) {
 
 // Several products of one input (the gate and up projections read the same x): with
 // mask(x) zero where |x| <= threshold, ys[i] = biases[i] + mask(x) @ wts[i] reading only the
-// rows of the active inputs. When more than dense_above of the inputs are active the
-// products are left to the caller's dense kernel: ys is then empty and masked is mask(x)
-// (undefined, i.e. None, when threshold is 0: x itself is mask(x)).
+// rows of the active inputs. x is (..., n), float32 or bfloat16 (computed in float32), and
+// each y is (..., out) in x's dtype. When more than dense_above of the inputs are active the
+// products are left to the caller's dense kernel: ys is then empty and masked is mask(x) in
+// x's shape and dtype (undefined, i.e. None, when threshold is 0: x itself is mask(x)).
 std::tuple<std::vector<Tensor>, Tensor> linear(const Tensor& x, const std::vector<Tensor>& wts,
                                                const std::vector<c10::optional<Tensor>>& biases,
                                                double threshold, double dense_above,
                                                int64_t isa) {
+  TORCH_CHECK(x.dim() >= 1 && (x.scalar_type() == at::kFloat || x.scalar_type() == at::kBFloat16),
+              "linear: x must be float32 or bfloat16 with a feature dimension");
   TORCH_CHECK(wts.size() == biases.size(), "linear: ", wts.size(), " weights and ",
               biases.size(), " biases");
+  const int64_t n = x.size(-1);
   for (const auto& wt : wts) {
-    TORCH_CHECK(wt.dim() == 2 && x.dim() == 2 && x.size(1) == wt.size(0), "linear: x has ",
-                x.size(-1), " features, a weight has ", wt.size(0), " rows");
+    TORCH_CHECK(wt.dim() == 2 && n == wt.size(0), "linear: x has ", n,
+                " features, a weight has ", wt.size(0), " rows");
   }
-  const auto parts = compact(x, threshold);
-  const int64_t k = parts[0].numel(), n = x.size(1);
+  for (const auto& wt : wts) check_weight(wt, "linear");
+  const Tensor flat = x.reshape({-1, n}).to(at::kFloat).contiguous();
+  const int64_t T = flat.size(0);
+  const float thr = static_cast<float>(threshold);
+  const float* xp = flat.const_data_ptr<float>();
+  std::vector<int64_t> active;  // the union of the tokens' active inputs, ascending
+  active.reserve(n);
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t t = 0; t < T; ++t) {
+      if (!(std::fabs(xp[t * n + i]) <= thr)) {
+        active.push_back(i);
+        break;
+      }
+    }
+  }
+  const int64_t k = static_cast<int64_t>(active.size());
   std::vector<Tensor> ys;
   if (static_cast<double>(k) > dense_above * static_cast<double>(n)) {
     if (threshold == 0.0) return {ys, Tensor()};
-    const float thr = static_cast<float>(threshold);
-    Tensor masked = torch::empty_like(x);
-    const float* xp = x.const_data_ptr<float>();
+    Tensor masked = torch::empty_like(flat);
     float* mp = masked.mutable_data_ptr<float>();
-    for (int64_t i = 0; i < x.numel(); ++i) mp[i] = std::fabs(xp[i]) <= thr ? 0.0f : xp[i];
-    return {ys, masked};
+    for (int64_t i = 0; i < flat.numel(); ++i) mp[i] = std::fabs(xp[i]) <= thr ? 0.0f : xp[i];
+    return {ys, masked.to(x.scalar_type()).reshape(x.sizes())};
   }
-  for (size_t i = 0; i < wts.size(); ++i) ys.push_back(cols(parts[1], parts[0], wts[i], biases[i], isa));
+  std::vector<float> xc(static_cast<size_t>(T * k));
+  for (int64_t t = 0; t < T; ++t) {
+    for (int64_t j = 0; j < k; ++j) {
+      const float v = xp[t * n + active[j]];
+      xc[t * k + j] = std::fabs(v) <= thr ? 0.0f : v;
+    }
+  }
+  std::vector<int64_t> shape(x.sizes().begin(), x.sizes().end());
+  for (size_t i = 0; i < wts.size(); ++i) {
+    Tensor bias;
+    if (biases[i].has_value() && biases[i]->defined()) {
+      bias = biases[i]->to(at::kFloat).contiguous();
+    }
+    const int64_t out = wts[i].size(1);
+    Tensor y = torch::empty({T, out}, flat.options());
+    run_cols(xc.data(), T, k, active.data(), wts[i],
+             bias_pointer(bias.defined() ? c10::optional<Tensor>(bias) : c10::nullopt, out,
+                          "linear"),
+             y.mutable_data_ptr<float>(), isa);
+    shape.back() = out;
+    ys.push_back(y.to(x.scalar_type()).reshape(shape));
+  }
   return {ys, Tensor()};
 }
 
