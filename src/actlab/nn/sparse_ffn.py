@@ -207,7 +207,8 @@ def sparse_ffn(
     flat_x = x.reshape(-1, x.shape[-1])
     if _kernel_applies(method, flat_gate, down.weight):
         idx, gc = active_inputs(flat_gate, backend="kernel")
-        if idx.numel() > sparse_kernel.DENSE_ABOVE * m and gate.dtype == down.weight.dtype:
+        limit = sparse_kernel.dense_above(down.weight.dtype, flat_gate.shape[0])
+        if idx.numel() > limit * m and gate.dtype == down.weight.dtype:
             return down(gate * ffn.up(x))  # below the break-even sparsity
         table = down_t if down_t is not None else down.weight.t().contiguous()
         h = gc * sparse_rows(flat_x, ffn.up.weight, idx, ffn.up.bias, backend="kernel")

@@ -15,8 +15,8 @@ PyTorch twin each:
   weight (the up projection's rows behind a non-zero gate).
 
 :func:`sparse_linear` puts the first two together, and runs the dense product instead when
-more than ``dense_above`` of the inputs are active (:data:`DENSE_ABOVE`, below the measured
-break-even sparsity the skip cannot pay for its bookkeeping). Weights are float32 or
+more of the inputs are active than the kernel's measured break-even (:func:`dense_above`;
+there the skip cannot pay for its bookkeeping). Weights are float32 or
 bfloat16 (accumulated in float32); inputs float32 or bfloat16. Results equal the dense
 product of the masked input up to float summation order.
 
@@ -43,12 +43,14 @@ from actlab.errors import did_you_mean
 
 __all__ = [
     "BACKENDS",
+    "BREAK_EVEN",
     "DENSE_ABOVE",
     "ISAS",
     "SOURCE",
     "active_inputs",
     "available",
     "compiler",
+    "dense_above",
     "extension",
     "gather_linear",
     "isa_supported",
@@ -62,10 +64,18 @@ SOURCE = native.SOURCE.parent / "sparse_decode.cpp"
 #: The instruction sets of the kernel's loops, by the number the extension uses.
 ISAS = ("portable", "avx2", "avx512")
 BACKENDS = ("auto", "kernel", "torch")
-#: Share of active inputs above which :func:`sparse_linear` runs the dense product: the
-#: break-even sparsity of ``benchmarks/sparse_decode.py`` (ours, measured on a 2-core AMD EPYC,
-#: float32, one and two threads) is below 10 %, so the kernel runs from 10 % sparsity on.
-DENSE_ABOVE = 0.9
+#: Share of active inputs (of the union over the call's tokens) above which
+#: :func:`sparse_linear` runs torch's dense product instead of the kernel, by weight dtype and
+#: tokens per call (1, or 2 and more): the break-even, dense time over the kernel's time with
+#: every input active, measured by ``benchmarks/sparse_decode.py`` at LLaMA-7B's FFN shape
+#: (ours: a 2-core AMD EPYC, the lower of one and two threads; 1.0: the kernel was never
+#: slower, so it always runs).
+BREAK_EVEN: dict[tuple[torch.dtype, int], float] = {
+    (torch.float32, 1): 1.0, (torch.float32, 2): 1.0,
+    (torch.bfloat16, 1): 1.0, (torch.bfloat16, 2): 0.85,
+}
+#: Overrides :data:`BREAK_EVEN` for every call when set (``2.0``: never dense).
+DENSE_ABOVE: float | None = None
 
 _NAME = "actlab_sparse_decode"
 _KERNEL_DTYPES = (torch.float32, torch.bfloat16)
@@ -163,7 +173,7 @@ def sparse_linear(x: Tensor, weight_t: Tensor, bias: Tensor | None = None, *,
             than ``dense_above`` of the inputs are active) then uses torch's own kernel on
             ``W``'s layout, as the unmodified layer would.
         dense_above: active share above which the product runs dense (default
-            :data:`DENSE_ABOVE` with the C++ kernel; the PyTorch path never switches).
+            :func:`dense_above` with the C++ kernel; the PyTorch path never switches).
         backend: ``"auto"`` (the kernel where it is built, else PyTorch), ``"kernel"`` (error
             if it cannot be built) or ``"torch"``.
         isa: the kernel loop to run (one of :data:`ISAS`; default the best this CPU runs).
@@ -182,7 +192,7 @@ def sparse_linear(x: Tensor, weight_t: Tensor, bias: Tensor | None = None, *,
             out = gather_linear(xc, idx, weight_t, bias, backend="torch")
             return out.reshape(*lead, weight_t.shape[1])
         return _dense(masked(x, threshold), weight_t, weight, bias)
-    limit = DENSE_ABOVE if dense_above is None else dense_above
+    limit = _limit(dense_above, weight_t, x)
     if not _dense_ok(x, weight, weight_t):
         limit = 2.0  # no dense kernel computes this: always the sparse one
     outs, xm = ext.linear(x, [weight_t], [bias], threshold, limit, isa_number)
@@ -208,7 +218,7 @@ def sparse_linears(x: Tensor, layers: list[tuple[Tensor, Tensor, Tensor | None]]
                     for wt, _, b in layers]
         xm = masked(x, threshold)
     else:
-        limit = DENSE_ABOVE if dense_above is None else dense_above
+        limit = _limit(dense_above, layers[0][0], x)
         if not all(_dense_ok(x, w, wt) for wt, w, _ in layers):
             limit = 2.0
         outs, xm = ext.linear(x, [wt for wt, _, _ in layers], [b for _, _, b in layers],
@@ -217,6 +227,21 @@ def sparse_linears(x: Tensor, layers: list[tuple[Tensor, Tensor, Tensor | None]]
             return outs
         xm = x if xm is None else xm
     return [_dense(xm, wt, w, b) for wt, w, b in layers]
+
+
+def dense_above(weight_dtype: torch.dtype, tokens: int) -> float:
+    """The active share above which the dense product is faster than the kernel, for weights
+    of ``weight_dtype`` and ``tokens`` per call (:data:`DENSE_ABOVE`, else :data:`BREAK_EVEN`;
+    1.0 for a dtype not in the table)."""
+    if DENSE_ABOVE is not None:
+        return DENSE_ABOVE
+    return BREAK_EVEN.get((weight_dtype, 1 if tokens <= 1 else 2), 1.0)
+
+
+def _limit(dense_above_arg: float | None, weight_t: Tensor, x: Tensor) -> float:
+    if dense_above_arg is not None:
+        return dense_above_arg
+    return dense_above(weight_t.dtype, x.numel() // max(x.shape[-1], 1))
 
 
 def _dense(xm: Tensor, weight_t: Tensor, weight: Tensor | None, bias: Tensor | None) -> Tensor:
