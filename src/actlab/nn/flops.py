@@ -24,7 +24,9 @@ kernel) is not seen: the tests would show it as a difference.
 Saved activations (:func:`saved_activation_bytes`) are the tensors autograd stores for the
 backward pass during the forward, recorded by
 :func:`torch.autograd.graph.saved_tensors_hooks`: each storage counted once (views of one
-tensor share it), parameters left out (they are the weights, counted apart). It is what the
+tensor share it), parameters left out (they are the weights, counted apart). On the meta
+device attention runs as a fused kernel does on a GPU (flash attention keeps its inputs, its
+output and the log-sum-exp, not the ``T x T`` scores). It is what the
 backward pass needs at the batch, not the allocator's peak (temporaries of the forward,
 workspace and fragmentation come on top).
 """
@@ -110,6 +112,19 @@ def _placeholder(tensor: Tensor, func: Callable[..., Any]) -> Any:
     return 0.5 if tensor.is_floating_point() and func is not Tensor.__index__ else 0
 
 
+def _fused_attention(query: Tensor, key: Tensor, value: Tensor, attn_mask: Tensor | None = None,
+                     dropout_p: float = 0.0, is_causal: bool = False, scale: float | None = None,
+                     enable_gqa: bool = False) -> Tensor:
+    """Attention on meta tensors through a fused kernel, as a GPU runs it: autograd keeps the
+    inputs, the output and the log-sum-exp, not the ``T x T`` scores that the meta device's
+    default (math) path would keep."""
+    if enable_gqa and key.shape[-3] != query.shape[-3]:  # repeat the shared heads
+        repeat = query.shape[-3] // key.shape[-3]
+        key, value = key.repeat_interleave(repeat, -3), value.repeat_interleave(repeat, -3)
+    return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+        query, key, value, dropout_p, is_causal, attn_mask=attn_mask, scale=scale)[0]
+
+
 @dataclass
 class FlopCount:
     """FLOPs counted while the mode was active, in total and per kind of operation."""
@@ -134,7 +149,10 @@ class _Counting(TorchFunctionMode):
         kwargs = kwargs or {}
         if func in _READS and isinstance(args[0], Tensor) and args[0].is_meta:
             return _placeholder(args[0], func)
-        out = func(*args, **kwargs)
+        if func is F.scaled_dot_product_attention and args and args[0].is_meta:
+            out = _fused_attention(*args, **kwargs)
+        else:
+            out = func(*args, **kwargs)
         rule = _RULES.get(func)
         if rule is not None:
             self.count.add(getattr(func, "__name__", str(func)), rule(args, kwargs, out))
