@@ -81,7 +81,8 @@ def dit_workloads(config: Any, *, activation: str, norm: str = "layernorm",
                   bias: bool = True) -> list[Workload]:
     """The DiT one seed of a condition trains (with its EMA), priced with the protocol's
     evaluations: the loss probe and hidden-state probe at every log point, and the guided
-    samples at every FID checkpoint (the FID feature network is not priced)."""
+    samples at every FID checkpoint where the run scores them (the digits, or latents with
+    the FID sources given); the VAE decoder and the FID feature network are not priced."""
     from torch import empty, zeros
 
     from actlab.device import on_device
@@ -100,8 +101,11 @@ def dit_workloads(config: Any, *, activation: str, norm: str = "layernorm",
         return empty(n, *shape), zeros(n, dtype=int), zeros(n, dtype=int)
 
     guided = 2 if config.cfg_scale != 1.0 else 1  # the null-class pass of guidance
+    # samples are drawn where they are scored: the digits, or latents with the FID sources
+    samples = config.data == "digits" or getattr(config, "scores_latents", False)
     evaluation = (len(config.log_steps()) * (config.loss_samples + PROBE_IMAGES)
-                  + len(config.eval_steps()) * config.fid_samples * config.sample_steps * guided)
+                  + samples * len(config.eval_steps()) * config.fid_samples
+                  * config.sample_steps * guided)
     return [Workload(config.model, build, example, config.steps, config.batch_size, "adamw",
                      ema=True, eval_samples=evaluation,
                      sample=f"latent {'x'.join(map(str, shape))}")]
