@@ -137,7 +137,7 @@ def llama_rows(dtype: torch.dtype, tokens: int, threads: int, sparsities: Sequen
              for s in levels}
 
     def dense(r: int) -> float:
-        act.mask = None
+        act.mask = masks[levels[-1]][r][1].to(dtype)  # the same elementwise work as the others
         return timed(lambda: ffn(x[r]))
 
     def teal(s: float) -> Callable[[int], float]:
@@ -462,6 +462,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--relufy-steps", type=int, default=None, help="default 40; quick 0")
     p.add_argument("--no-minilm", action="store_true", help="leave out the MiniLM cases")
     p.add_argument("--no-llama", action="store_true", help="leave out the LLaMA-7B shape")
+    p.add_argument("--no-models", action="store_true",
+                   help="leave out the MiniLM and GPT cases and the quality measures")
     p.add_argument("--shape", default=f"{D_MODEL},{HIDDEN}",
                    help="d_model,hidden of the gated FFN (default LLaMA-7B's; smaller for a "
                         "smoke test)")
@@ -552,13 +554,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     torch.set_num_threads(threads[0])
     cases: list[tuple[ModelCase, dict[str, Any]]] = []
     calibration = 2 if args.quick else 4
-    if not args.no_minilm:
+    if not (args.no_minilm or args.no_models):
         try:
             cases.append(minilm_cases(windows, relufy_steps, args.seed, calibration,
                                       16 if args.quick else 48))
         except ImportError as err:  # the model package is optional
             print(f"note: MiniLM cases left out ({err})")
-    cases.append(gpt_case(windows, gpt_steps, args.seed, calibration))
+    if not args.no_models:
+        cases.append(gpt_case(windows, gpt_steps, args.seed, calibration))
     models: list[dict[str, Any]] = []
     quality: dict[str, Any] = {}
     speed_levels = (0.5, 0.85) if args.quick else SPARSITIES
