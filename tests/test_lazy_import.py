@@ -76,6 +76,9 @@ for name in packages:
         getattr(package, export)
     for sub in submodules - {{s for s in submodules if s.startswith("_")}}:
         assert sub in dir(package), (name, sub)
+# optional dependencies load when used, not when their actlab modules are imported
+import actlab.measure.vae, actlab.recipes.dit_quality
+assert "diffusers" not in sys.modules, "importing actlab imported diffusers"
 print("ok", len(packages))
 """
     result = _run(code)

@@ -52,11 +52,14 @@ def _finish(outcomes: list[RunOutcome]) -> None:
         sys.exit(1)
 
 
-def _workers(workers: int | None, device: str) -> int:
-    """``--workers``, or every core on the CPU (one on a GPU) when not given."""
+def _workers(workers: int | None, device: str, nproc: int = 1) -> int:
+    """``--workers``, or every core on the CPU (one on a GPU) when not given; with
+    ``--nproc N`` every unit takes N processes, so the CPU default is ``cores // N``."""
     from actlab.runner.schedule import default_workers
 
-    return default_workers(device) if workers is None else workers
+    if workers is not None:
+        return workers
+    return max(1, default_workers(device) // max(1, nproc)) if device == "cpu" else default_workers(device)
 
 
 def _threads(threads: int) -> int | None:
@@ -118,6 +121,11 @@ def _common(function):
         click.option("--threads", type=int, default=UNIT_THREADS, show_default=True,
                      help="Torch threads of every unit (as reproduce: the numbers then do not "
                           "depend on --workers); 0: torch's default."),
+        click.option("--nproc", type=int, default=1, show_default=True,
+                     help="Processes per unit: each unit runs data-parallel under torchrun "
+                          "(DDP, gloo on the CPU, NCCL on N GPUs), its batches sharded by rank; "
+                          "the results do not depend on N. Experiments that support it: "
+                          "lm-shift, dit-shift, dit-percentile, vit-shift."),
         click.option("--device", default="cpu", show_default=True, help="cpu, cuda or cuda:N."),
         click.option("--native", is_flag=True, help=NATIVE_HELP),
         click.option("--tensorboard", default=None, metavar="DIR", help="Also log scalars to TensorBoard."),
@@ -134,7 +142,7 @@ def _common(function):
 @click.option("--list", "list_only", is_flag=True, help="List the registered experiments.")
 @_common
 def run_command(experiment, list_only, quick, full, paper, seeds, sets, out, name, resume, overwrite,
-                workers, threads, device, native, tensorboard, mlflow):
+                workers, threads, device, native, tensorboard, mlflow, nproc):
     """Run EXPERIMENT into OUT/EXPERIMENT/NAME (config, env, metrics, summary, figures, report)."""
     load_plugins()
     if list_only:
@@ -149,9 +157,9 @@ def run_command(experiment, list_only, quick, full, paper, seeds, sets, out, nam
         raise click.UsageError("missing EXPERIMENT (or use --list)")
     _use_native(native, device)
     options = RunOptions(out=Path(out), name=name, resume=resume, overwrite=overwrite,
-                         workers=_workers(workers, device), threads=_threads(threads),
+                         workers=_workers(workers, device, nproc), threads=_threads(threads),
                          device=device, tensorboard=tensorboard, mlflow=mlflow,
-                         command=list(sys.argv))
+                         command=list(sys.argv), nproc=nproc)
     outcome = run_experiment(experiment, _scale(quick, full, paper), parse_assignments(sets), None,
                              seeds, options)
     _finish([outcome])
@@ -165,15 +173,16 @@ def run_command(experiment, list_only, quick, full, paper, seeds, sets, out, nam
 @click.option("--address", default=None, help="Ray cluster address (default: start a local instance).")
 @_common
 def sweep_command(experiment, grid, backend, address, quick, full, paper, seeds, sets, out, name,
-                  resume, overwrite, workers, threads, device, native, tensorboard, mlflow):
+                  resume, overwrite, workers, threads, device, native, tensorboard, mlflow,
+                  nproc):
     """Run EXPERIMENT over every combination of --grid values, as one resumable run directory."""
     load_plugins()
     _use_native(native, device)
     if workers is None and backend == "ray":
         workers = 1  # Ray: one task per unit on the cluster's own resources
     options = RunOptions(out=Path(out), name=name, resume=resume, overwrite=overwrite,
-                         backend=backend, workers=_workers(workers, device),
-                         threads=_threads(threads),
+                         backend=backend, workers=_workers(workers, device, nproc),
+                         threads=_threads(threads), nproc=nproc,
                          address=address, device=device, tensorboard=tensorboard, mlflow=mlflow,
                          command=list(sys.argv))
     outcome = run_experiment(experiment, _scale(quick, full, paper), parse_assignments(sets),

@@ -17,6 +17,7 @@ PIL is imported only when a folder is loaded.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,7 +26,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-__all__ = ["IMAGE_EXTENSIONS", "ImageFolderData", "center_crop_arr", "load_image_folder"]
+__all__ = ["IMAGE_EXTENSIONS", "ImageFolderData", "center_crop_arr", "image_folder_batches",
+           "image_folder_files", "load_image_folder"]
 
 IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".bmp", ".webp")
 
@@ -139,3 +141,25 @@ def load_image_folder(root: str | Path, *, image_size: int, channels: int = 3,
     x = torch.from_numpy(pixels).permute(0, 3, 1, 2).to(torch.float32) / 127.5 - 1.0
     return ImageFolderData(x.contiguous(), torch.tensor(labels, dtype=torch.long),
                            tuple(classes), tuple(paths))
+
+
+def image_folder_files(root: str | Path, limit_per_class: int | None = None) -> list[Path]:
+    """The image files :func:`load_image_folder` reads, in its order (class by class)."""
+    _, per_class = _class_files(Path(root).expanduser(), limit_per_class)
+    return [path for files in per_class for path in files]
+
+
+def image_folder_batches(root: str | Path, *, image_size: int, batch_size: int,
+                         channels: int = 3, limit_per_class: int | None = None,
+                         center_crop: bool = True) -> Iterator[Tensor]:
+    """The images of :func:`load_image_folder`, in the same order and form, as batches of at
+    most ``batch_size`` ``(n, C, H, W)`` float32 tensors in [-1, 1], read as they are needed
+    (a folder larger than memory, e.g. the reference set of an FID)."""
+    if batch_size < 1 or channels not in (1, 3):
+        raise ValueError(f"need batch_size >= 1 and channels 1 or 3, got {batch_size}, {channels}")
+    paths = image_folder_files(root, limit_per_class)
+    mode = "RGB" if channels == 3 else "L"
+    for start in range(0, len(paths), batch_size):
+        pixels = np.stack([_read(path, image_size, mode, center_crop)
+                           for path in paths[start:start + batch_size]])
+        yield torch.from_numpy(pixels).permute(0, 3, 1, 2).to(torch.float32) / 127.5 - 1.0

@@ -21,8 +21,24 @@ import pandas as pd
 from actlab import analysis
 from actlab.recipes.dit_setup import CUSTOM, DiTProtocolConfig
 
-FID = "fid_digits-classifier"
-IS = "is_digits-classifier"
+DIGITS_NETWORK = "digits-classifier"
+INCEPTION_NETWORK = "inception-v3-fid"  # actlab.measure.inception.NAME
+FID = f"fid_{DIGITS_NETWORK}"  # the digits' metric names (the default scale's)
+IS = f"is_{DIGITS_NETWORK}"
+
+
+def feature_network(config: DiTProtocolConfig) -> str | None:
+    """The name of the network a config's samples are scored on: the digits classifier on
+    the digits, the FID Inception-v3 on decoded latents, None for latents not scored."""
+    if config.data == "digits":
+        return DIGITS_NETWORK
+    return INCEPTION_NETWORK if config.scores_latents else None
+
+
+def quality_metrics(config: DiTProtocolConfig) -> tuple[str, str]:
+    """The config's FID and IS metric names (``fid_<network>``, ``is_<network>``)."""
+    name = feature_network(config) or DIGITS_NETWORK
+    return f"fid_{name}", f"is_{name}"
 
 
 def paired(table: pd.DataFrame, run: str, base: str, metric: str, layer: str = "") -> pd.DataFrame:
@@ -85,17 +101,19 @@ def within_spread(numbers: dict[str, Any]) -> str:
     return ""
 
 
-def condition_summary(table: pd.DataFrame, run: str, depth: int) -> dict[str, Any]:
-    """Per condition: final FID / IS / detail (seed mean and sd), final train loss and the
-    hidden-state overshoot of every block (seed means of :func:`actlab.analysis.overshoot`:
-    how far the trajectory goes past its final value) and the mean step of its peak."""
+def condition_summary(table: pd.DataFrame, run: str, depth: int,
+                      metrics: tuple[str, str] = (FID, IS)) -> dict[str, Any]:
+    """Per condition: final FID / IS (``metrics``, named by their network) / detail (seed
+    mean and sd), final train loss and the hidden-state overshoot of every block (seed means
+    of :func:`actlab.analysis.overshoot`: how far the trajectory goes past its final value)
+    and the mean step of its peak."""
     out: dict[str, Any] = {}
-    for metric in (FID, IS, "detail_ratio", "train_loss"):
+    for metric in (*metrics, "detail_ratio", "train_loss"):
         curve = analysis.curves(table, run, metric)
         if not curve.empty:
             mean, sd = analysis.mean_and_sd(curve.iloc[-1])
             out[f"final_{metric}"], out[f"final_{metric}_sd"] = mean, sd
-    fid = analysis.curves(table, run, FID)
+    fid = analysis.curves(table, run, metrics[0])
     if not fid.empty:
         out["fid_curve"] = {int(s): analysis.finite_mean(v) for s, v in fid.iterrows()}
     overshoot, step = {}, {}
@@ -135,7 +153,8 @@ def scale_summary(config: DiTProtocolConfig, table: pd.DataFrame) -> dict[str, A
         "sample_steps": config.sample_steps,
         "cfg_scale": config.cfg_scale,
         "eval_steps": config.eval_steps(),
-        "feature_network": "digits-classifier" if config.data == "digits" else None,
+        "feature_network": feature_network(config),
+        "sampler": config.sampler,
         "seeds": analysis.seeds_in(table) if len(table) else [],
     }
 
@@ -184,13 +203,14 @@ def draw_sample_grids(
     ctx.save_figure(fig, name)
 
 
-def draw_fid_curves(table: pd.DataFrame, runs: Sequence[str], ctx: Any, name: str = "fid") -> None:
-    """FID (digits-classifier features) and IS over training per condition, mean ± sd."""
+def draw_fid_curves(table: pd.DataFrame, runs: Sequence[str], ctx: Any, name: str = "fid",
+                    network: str = DIGITS_NETWORK) -> None:
+    """FID (``network`` features) and IS over training per condition, mean ± sd."""
     plt = analysis.pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
     drawn = False
     for run in runs:
-        for ax, metric in zip(axes, (FID, IS)):
+        for ax, metric in zip(axes, (f"fid_{network}", f"is_{network}")):
             curve = analysis.curves(table, run, metric)
             if curve.empty:
                 continue
@@ -202,8 +222,8 @@ def draw_fid_curves(table: pd.DataFrame, runs: Sequence[str], ctx: Any, name: st
     if not drawn:
         plt.close(fig)
         return
-    axes[0].set_title("FID (digits-classifier features), mean ± sd over seeds", fontsize=9)
-    axes[1].set_title("IS (digits-classifier logits), mean ± sd over seeds", fontsize=9)
+    axes[0].set_title(f"FID ({network} features), mean ± sd over seeds", fontsize=9)
+    axes[1].set_title(f"IS ({network} logits), mean ± sd over seeds", fontsize=9)
     for ax in axes:
         ax.set_xlabel("step")
     axes[0].legend(fontsize=7)
@@ -211,15 +231,17 @@ def draw_fid_curves(table: pd.DataFrame, runs: Sequence[str], ctx: Any, name: st
 
 
 def draw_residuals(
-    table: pd.DataFrame, runs: Sequence[str], base: str, ctx: Any, name: str = "loss_residuals"
+    table: pd.DataFrame, runs: Sequence[str], base: str, ctx: Any, name: str = "loss_residuals",
+    network: str = DIGITS_NETWORK,
 ) -> None:
-    """Paired residuals against ``base`` (mean ± sd over seeds): training loss and FID."""
+    """Paired residuals against ``base`` (mean ± sd over seeds): training loss and FID (on
+    ``network``'s features)."""
     plt = analysis.pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
     for run in runs:
         if run == base:
             continue
-        for ax, metric in zip(axes, ("train_loss", FID)):
+        for ax, metric in zip(axes, ("train_loss", f"fid_{network}")):
             diff = paired(table, run, base, metric)
             if diff.empty:
                 continue
@@ -234,7 +256,7 @@ def draw_residuals(
             )
     short = base.split("/", 1)[-1]
     axes[0].set_title(f"training-loss residual (condition − {short}), fixed draws", fontsize=9)
-    axes[1].set_title(f"FID residual (condition − {short})", fontsize=9)
+    axes[1].set_title(f"FID residual (condition − {short}), {network} features", fontsize=9)
     for ax in axes:
         ax.axhline(0.0, color="k", lw=0.8)
         ax.set_xlabel("step")
@@ -263,6 +285,7 @@ def draw_hidden_means(
     ctx.save_figure(fig, name)
 
 
-__all__ = ["EMPTY_SPREAD", "FID", "IS", "condition_summary", "draw_fid_curves",
-           "draw_hidden_means", "draw_residuals", "draw_sample_grids", "model_depth", "paired",
+__all__ = ["DIGITS_NETWORK", "EMPTY_SPREAD", "FID", "INCEPTION_NETWORK", "IS",
+           "condition_summary", "draw_fid_curves", "draw_hidden_means", "draw_residuals",
+           "draw_sample_grids", "feature_network", "model_depth", "paired", "quality_metrics",
            "scale_summary", "spread_numbers", "within_spread"]

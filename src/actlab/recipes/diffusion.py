@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from functools import partial
 
 import torch
 from torch import Tensor, nn
@@ -66,14 +67,21 @@ class GeneratorState(Callback):
 
 
 class DiffusionLoss:
-    """``loss_fn(model, batch)`` for :class:`~actlab.train.loop.Trainer`; batch ``(x0, y)``.
+    """``loss_fn(model, batch)`` for :class:`~actlab.train.loop.Trainer`; batch ``(x0, y)``,
+    or ``(x0, y, t, noise[, drop])`` with the per-sample draws already made (:meth:`draws`).
 
-    Each call draws t and ε (:func:`draw_timesteps_and_noise`) from ``generator`` when the
-    model is in training mode and from ``eval_generator`` (default: its own, seeded 0) in
-    eval mode, so evaluating never changes what training draws. A run is deterministic given
-    the generators' seeds (and the batches). A resumed run draws the same numbers as an
-    uninterrupted one only if the checkpoint keeps the generators: pass
+    With ``(x0, y)`` each call draws t and ε (:func:`draw_timesteps_and_noise`) from
+    ``generator`` when the model is in training mode and from ``eval_generator`` (default:
+    its own, seeded 0) in eval mode, so evaluating never changes what training draws. A run
+    is deterministic given the generators' seeds (and the batches). A resumed run draws the
+    same numbers as an uninterrupted one only if the checkpoint keeps the generators: pass
     :meth:`checkpoint_callback` among the trainer's callbacks (in the same position on resume).
+
+    Data-parallel training (``--nproc``) needs every sample's draws to belong to the sample,
+    not to the rank that happens to hold it: the batch function then makes them for the
+    whole global batch with :meth:`draws` and returns them with the data, and
+    :func:`~actlab.train.distributed.shard` cuts them with it. A rank then uses exactly the
+    t, ε and label dropout one process would for the same global sample.
     """
 
     def __init__(self, diffusion: GaussianDiffusion, generator: torch.Generator,
@@ -83,11 +91,30 @@ class DiffusionLoss:
         self.eval_generator = eval_generator or torch.Generator().manual_seed(0)
 
     def __call__(self, model: nn.Module, batch: Sequence[Tensor]) -> Tensor:
-        """The batch loss of :func:`diffusion_loss`."""
+        """The batch loss of :func:`diffusion_loss` (with the batch's own draws, if any)."""
+        if len(batch) in (4, 5):
+            x0, y, t, noise = batch[:4]
+            # the dropped labels are given: the model draws nothing itself
+            net = partial(model, force_drop_ids=batch[4]) if len(batch) == 5 else model
+            return loss_terms(self.diffusion, net, x0, y, t, noise)["loss"].mean()
         if len(batch) != 2:
-            raise ValueError(f"batch: need (x0, y), got {len(batch)} tensors")
+            raise ValueError(f"batch: need (x0, y) or (x0, y, t, noise[, drop]), got "
+                             f"{len(batch)} tensors")
         generator = self.generator if getattr(model, "training", True) else self.eval_generator
         return diffusion_loss(self.diffusion, model, batch[0], batch[1], generator=generator)
+
+    def draws(self, x0: Tensor, label_dropout: float = 0.0) -> tuple[Tensor, ...]:
+        """The per-sample draws of a training batch ``x0``, from ``generator`` in the order
+        the ``(x0, y)`` form makes them: t and ε (:func:`draw_timesteps_and_noise`), then,
+        with ``label_dropout > 0``, the dropped-label mask (1: drop) as DiT's label embedder
+        draws it (:meth:`~actlab.nn.dit.LabelEmbedder.token_drop`). One process gets the
+        same numbers either way."""
+        t, noise = draw_timesteps_and_noise(self.diffusion, x0, self.generator)
+        if label_dropout <= 0:
+            return t, noise
+        device = self.generator.device
+        drop = torch.rand(x0.shape[0], generator=self.generator, device=device) < label_dropout
+        return t, noise, drop.long()
 
     def checkpoint_callback(self) -> GeneratorState:
         """A callback that keeps both generators in the trainer's checkpoint."""

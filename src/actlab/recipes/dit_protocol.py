@@ -12,14 +12,14 @@ One run (:func:`train_condition`) trains :class:`~actlab.nn.dit.DiT` with the ε
   paired), ``hidden_mean`` of the residual stream after every block (layer ``blockN``, the
   statistic of "Rethinking Activation Functions" §2.2) and ``act_mean`` of every MLP
   activation (``actN``), both on a fixed probe batch of noised training images;
-* at ``eval_points`` evenly spaced checkpoints (the last is the end of training): DDIM
-  samples of the EMA model with classifier-free guidance, ``fid_samples`` of them with
-  fixed noise and fixed class labels (so every checkpoint and condition is scored on the
-  same number of samples from the same noise), their FID and IS with the digits classifier
-  (:func:`~actlab.measure.feature_classifier.digits_feature_network`, offline; metric
-  names carry the network's name) and ``detail_ratio`` (our sharpness proxy,
-  :func:`detail_ratio`); the first ``grid_per_class`` samples of each class go to the
-  unit's data as a sample grid;
+* at ``eval_points`` evenly spaced checkpoints (the last is the end of training): DDIM (or
+  DDPM) samples of the EMA model with classifier-free guidance, ``fid_samples`` of them
+  with fixed noise and fixed class labels (so every checkpoint and condition is scored on
+  the same number of samples from the same noise), their FID and IS on a named feature
+  network (:mod:`actlab.recipes.dit_quality`: the offline digits classifier, or for
+  latents the FID Inception-v3 on the VAE-decoded images; metric names carry the network's
+  name) and, on pixels, ``detail_ratio`` (our sharpness proxy, :func:`detail_ratio`); the
+  first ``grid_per_class`` samples of each class go to the unit's data as a sample grid;
 * with ``timed=True``: training steps per second by :class:`~actlab.train.timing.StepClock`
   (thread CPU time on the CPU, CUDA events on a GPU) during warm-up and after it, steps
   with an evaluation left out.
@@ -28,6 +28,15 @@ The condition's config, data and model are :mod:`actlab.recipes.dit_setup` (the 
 scaling of the EMA decay and the warm-up is explained there); their names are importable from
 here too. The summaries and figures the two experiments share live with them
 (:mod:`actlab.experiments.dit_common`).
+
+Data-parallel (``dist``, ``actlab run --nproc N``): the DiT trains under DDP; every rank draws
+the same global batch with its per-sample draws (t, ε, label dropout: ``DiffusionLoss.draws``,
+made for the whole batch in the batch function) and keeps its rows, so each sample sees what
+it would in one process. The hidden-state probe measures this rank's part of the probe batch
+and :class:`~actlab.probe.Probe` merges the ranks' statistics; the samples are shared out by
+chunk and their scores' statistics summed (:mod:`actlab.recipes.dit_quality`). One process
+on the global batch and N ranks record the same rows (to rounding; batch-statistics norms,
+as Percentile Centering's running statistics, see only their rank's rows).
 """
 
 from __future__ import annotations
@@ -40,7 +49,14 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from actlab.device import place, to_model_device, unit_device
+from actlab.device import to_model_device, unit_device
+from actlab.recipes.dit_quality import (  # noqa: F401  (detail_ratio importable from here)
+    SAMPLE_SEED,
+    QualitySetup,
+    detail_ratio,
+    quality_setup,
+    sample_quality,
+)
 from actlab.recipes.dit_setup import (  # noqa: F401  (importable from here, as before the split)
     CUSTOM,
     DIT_S2_STEPS,
@@ -55,30 +71,12 @@ from actlab.recipes.dit_setup import (  # noqa: F401  (importable from here, as 
     scaled_warmup,
 )
 from actlab.train.callbacks import Callback, LossHistory
+from actlab.train.distributed import DistInfo, rank_slice, unwrap_model, wrap_model
 
 LOSS_SEED = 1_000_003  # fixed draws of the training-loss probe (ours)
 PROBE_SEED = 1_000_033  # fixed probe batch of the hidden-state means (ours)
-SAMPLE_SEED = 1_000_037  # fixed sampler noise (ours)
 PROBE_IMAGES = 64
 PROBE_STEPS = (50, 250, 500, 750)  # diffusion steps t of the probe batch, cycled (ours)
-
-
-def detail_ratio(samples: Tensor, reference: Tensor) -> float:
-    """Our sharpness proxy: the mean squared 4-neighbour Laplacian of ``samples`` over that of
-    ``reference`` (interior pixels). Blurred samples score below 1; real detail scores 1."""
-
-    def energy(x: Tensor) -> Tensor:
-        x = x.float()
-        lap = (
-            4 * x[..., 1:-1, 1:-1]
-            - x[..., :-2, 1:-1]
-            - x[..., 2:, 1:-1]
-            - x[..., 1:-1, :-2]
-            - x[..., 1:-1, 2:]
-        )
-        return lap.pow(2).mean()
-
-    return float(energy(samples)) / max(float(energy(reference.to(samples.device))), 1e-12)
 
 
 def short_layer(layer: str) -> str:
@@ -100,14 +98,16 @@ class _Evaluator(Callback):
         result: Any,
         run: str,
         seed: int,
-        network: Any,
+        quality: QualitySetup | None,
+        dist: DistInfo | None = None,
     ) -> None:
         from actlab.diffusion import GaussianDiffusion
 
         self.log_at, self.eval_at = set(config.log_steps()), set(config.eval_steps())
         super().__init__(at=self.log_at | self.eval_at)
         self.config, self.data, self.ema, self.result = config, data, ema, result
-        self.run, self.seed, self.network = run, seed, network
+        self.run, self.seed, self.quality = run, seed, quality
+        self.dist = dist or DistInfo()
         self.diffusion = GaussianDiffusion.linear()
         g = torch.Generator().manual_seed(LOSS_SEED)
         n = len(data.probe_x)
@@ -124,14 +124,14 @@ class _Evaluator(Callback):
         self.grids: dict[str, list] = {}
 
     def on_step(self, trainer: Any, step: int, loss: Tensor | None) -> None:
-        model = trainer.model
+        model = unwrap_model(trainer.model)
         was_training = model.training
         model.eval()
         try:
             with torch.no_grad():
                 if step in self.log_at:
                     self._log(model, step)
-                if step in self.eval_at and self.data.reference is not None:
+                if step in self.eval_at and self.quality is not None:
                     self._quality(step)
         finally:
             model.train(was_training)
@@ -140,9 +140,11 @@ class _Evaluator(Callback):
         from actlab.diffusion import loss_terms
         from actlab.probe.probe import Probe
 
-        x0, y, noise = to_model_device(model, self.data.probe_x, self.data.probe_y, self.loss_noise)
+        x0, y, noise = _on_model(model, self.data.probe_x, self.data.probe_y, self.loss_noise)
         terms = loss_terms(self.diffusion, model, x0, y, self.loss_t, noise)
         self.result.add(self.run, self.seed, step, "", "train_loss", float(terms["loss"].mean()))
+        # Under DDP (a process group) the probe merges the ranks' statistics: each measures
+        # its own part of the probe batch.
         probe = Probe(
             model,
             every=[0],
@@ -150,9 +152,11 @@ class _Evaluator(Callback):
             weights=False,
             metrics=["hidden_mean", "act_mean"],
         )
+        part = rank_slice(len(self.probe_t), self.dist)
         try:
-            xt, t, y = to_model_device(
-                model, self.probe_xt, self.probe_t, self.data.probe_y[: len(self.probe_t)]
+            xt, t, y = _on_model(
+                model, self.probe_xt[part], self.probe_t[part],
+                self.data.probe_y[: len(self.probe_t)][part]
             )
             model(xt, t, y)
             probe.step()
@@ -165,36 +169,29 @@ class _Evaluator(Callback):
             )
 
     def _quality(self, step: int) -> None:
-        from actlab.diffusion import ddim_sample
-        from actlab.measure.fid import generative_metrics
-
         config, data = self.config, self.data
-        classes = data.num_classes
-        labels = torch.arange(classes).repeat(config.fid_samples // classes)
-        samples = ddim_sample(
-            self.ema.module,
-            self.diffusion,
-            (len(labels), *data.shape),
-            labels,
-            generator=torch.Generator().manual_seed(SAMPLE_SEED),
-            steps=config.sample_steps,
-            cfg_scale=config.cfg_scale,
-            clip_denoised=True,
-        ).clamp(-1.0, 1.0)
-        # On the meta device there are no pixel values to check and score (the sampler ran).
-        scores = (
-            {} if samples.is_meta else generative_metrics(samples, data.reference, self.network)
-        )
+        scores, first = sample_quality(self.ema.module, self.diffusion, config, data,
+                                       self.quality, self.dist)
         for key, value in scores.items():
             if not key.startswith("is_std"):
                 self.result.add(self.run, self.seed, step, "", key, value)
-        self.result.add(
-            self.run, self.seed, step, "", "detail_ratio", detail_ratio(samples, data.reference)
-        )
+        if first is None:
+            return
         # labels cycle through the classes: sample i*classes + c is the i-th of class c
-        per = min(config.grid_per_class, config.fid_samples // classes)
-        grid = samples[: per * classes].reshape(per, classes, *data.shape[1:]).transpose(0, 1)
+        classes = data.num_classes
+        per = min(config.grid_per_class, len(first) // classes)
+        if per < 1:  # the first chunk holds less than one sample of every class
+            return
+        grid = first[: per * classes].reshape(per, classes, *data.shape[1:]).transpose(0, 1)
         self.grids[str(step)] = grid.float().cpu().numpy().round(3).tolist()
+
+
+def _on_model(model: nn.Module, *tensors: Tensor) -> tuple[Tensor, ...]:
+    """The tensors on ``model``'s device, floating ones in its dtype (float64 runs)."""
+    dtype = next(model.parameters()).dtype
+    moved = to_model_device(model, *tensors)
+    moved = moved if isinstance(moved, tuple) else (moved,)
+    return tuple(t.to(dtype) if t.is_floating_point() else t for t in moved)
 
 
 class _Stamp(Callback):
@@ -245,11 +242,12 @@ def train_condition(
     bias: bool = True,
     timed: bool = False,
     progress: Callable[..., Any] | None = None,
+    dist: DistInfo | None = None,
 ) -> str:
     """Train one condition for one seed, adding its rows to ``result`` (and its sample grids
-    to ``result.data[f"{run}/seed{seed}"]``); returns the trainer's status."""
+    to ``result.data[f"{run}/seed{seed}"]``); returns the trainer's status. ``dist``: this
+    process's place in a data-parallel unit (module docstring); one process by default."""
     from actlab.diffusion import GaussianDiffusion
-    from actlab.measure.feature_classifier import digits_feature_network
     from actlab.recipes.diffusion import DiffusionLoss
     from actlab.train.ema import EMA
     from actlab.train.loop import Trainer
@@ -258,14 +256,13 @@ def train_condition(
 
     data = load_data(config, seed)
     model = build_model(config, data, activation=activation, norm=norm, seed=seed, bias=bias)
-    network = None
-    if data.reference is not None:
-        network = digits_feature_network(image_size=data.shape[1], channels=data.shape[0])
-        place(network.module)
+    dtype = torch.float64 if config.dtype == "float64" else torch.float32
+    model = model.to(dtype)  # before DDP builds its buckets and the EMA its copy
+    quality = quality_setup(config, data)
     generator = torch.Generator().manual_seed(seed)  # batch order, t, ε and label dropout
     ema = EMA(model, decay=config.ema_decay)
     history = LossHistory()
-    evaluator = _Evaluator(config, data, ema, result, run, seed, network)
+    evaluator = _Evaluator(config, data, ema, result, run, seed, quality, dist)
     clock = StepClock(unit_device())
     settings = TrainSettings(
         optimizer="adamw",
@@ -276,14 +273,26 @@ def train_condition(
         log_every=config.steps,
         eval_every=0,
         checkpoint_every=0,
+        dtype=config.dtype,
     )
+    loss = DiffusionLoss(GaussianDiffusion.linear(), generator)
+    label_dropout = float(getattr(model.config, "class_dropout_prob", 0.0))
+
+    def batch(step: int) -> tuple[Tensor, ...]:
+        # the global batch with every sample's draws, in the order one process draws them;
+        # the trainer keeps this rank's rows of all of them
+        x, y = data.batch(step, generator)
+        x = x.to(dtype)
+        return (x, y, *loss.draws(x, label_dropout))
+
     trainer = Trainer(
-        model,
+        model if dist is None else wrap_model(model, dist),
         settings,
-        lambda step: data.batch(step, generator),
-        loss_fn=DiffusionLoss(GaussianDiffusion.linear(), generator),
+        batch,
+        loss_fn=loss,
         callbacks=[history, ema, evaluator, _Stamp(clock)],
         progress=progress,
+        dist=dist,
     )
     outcome = trainer.fit()
     losses = np.asarray(history.values(), dtype=float)

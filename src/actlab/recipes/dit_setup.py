@@ -16,8 +16,19 @@ at the papers' lengths.
 
 Data: the 8x8 digits in [-1, 1] (:func:`~actlab.data.digits.load_digits_pixels`), or VAE
 latents (``data="latents:DIR"``, :class:`~actlab.data.latents.LatentShards` scaled by
-0.18215 as in "Bug or Feature²" App. D.4) for the papers' models. actlab has no VAE decoder,
-so latent runs record losses and hidden states but no FID, IS or sample grids.
+0.18215 as in "Bug or Feature²" App. D.4) for the papers' models.
+
+Sample quality (:mod:`actlab.recipes.dit_quality`): on the digits, FID and IS on the offline
+digits classifier's features against the test split; on latents, once ``vae`` (a local
+folder with the Stable Diffusion ``AutoencoderKL``, :mod:`actlab.measure.vae`),
+``inception`` (the FID Inception-v3 weights file, :mod:`actlab.measure.inception`) and
+``fid_reference`` (an image folder, or an ``.npz`` of guided-diffusion's reference batches,
+:mod:`actlab.measure.fid_statistics`) are given, FID and IS of the decoded samples on the
+Inception's features ("inception-v3-fid" in every metric name and figure); without them
+latent runs record losses and hidden states only. ``sampler`` is DDIM (ours, fast) or
+ancestral DDPM (the DiT reference's ``sample_ddp.py``), ``sample_batch`` the samples drawn
+together (their noise seeded by the chunk, so the scores do not depend on how many ranks
+share the chunks). ``dtype="float64"`` trains in double precision (for exact comparisons).
 """
 
 from __future__ import annotations
@@ -40,6 +51,8 @@ PAPER_EMA = 0.9999  # the DiT reference's EMA decay; "Bug or Feature²" §7's γ
 PAPER_WARMUP = 50_000  # "Bug or Feature²" §7: T_warm for DiT-S/2
 DIT_S2_STEPS = 300_000  # "Bug or Feature²" App. B.2: DiT-S/2 "improve progressively to 300K steps"
 CUSTOM = "custom"
+SAMPLERS = ("ddim", "ddpm")
+FID_SOURCES = ("vae", "inception", "fid_reference")
 
 
 def scaled_decay(decay: float, steps: int, paper_steps: int = PAPER_STEPS) -> float:
@@ -86,6 +99,13 @@ class DiTProtocolConfig(CheckedConfig):
     loss_every: int = checked(10, ge=1)
     grid_per_class: int = checked(4, ge=1)
     threads: int = checked(1, ge=1)
+    dtype: str = checked("float32", choices=("float32", "float64"))
+    sampler: str = checked("ddim", choices=SAMPLERS)
+    sample_batch: int = checked(0, ge=0)  # samples per chunk; 0: all fid_samples at once
+    vae: str = ""  # latents: folder of the Stable Diffusion VAE (AutoencoderKL)
+    inception: str = ""  # latents: the FID Inception-v3 weights file
+    fid_reference: str = ""  # latents: reference image folder or .npz statistics / images
+    fid_reference_per_class: int = checked(0, ge=0)  # first images per class (0: all)
 
     def check(self) -> None:
         """A known model name; a custom model fits the digits; the papers' models need
@@ -120,10 +140,42 @@ class DiTProtocolConfig(CheckedConfig):
             if not any(p.suffix in (".npy", ".safetensors") for p in folder.iterdir()):
                 raise ConfigError("data", f"latent folder {folder} holds no .npy or "
                                           ".safetensors shards")
-        if self.fid_samples % 10:
+        if self.data == "digits" and self.fid_samples % 10:
             raise ConfigError(
                 "fid_samples", f"must be a multiple of the 10 digit classes, got {self.fid_samples}"
             )
+        self._check_fid_sources()
+
+    def _check_fid_sources(self) -> None:
+        """Latent FID needs all of vae, inception and fid_reference, each where it is said to
+        be; the digits are scored by the digits classifier and take none of them."""
+        given = {name: getattr(self, name) for name in FID_SOURCES if getattr(self, name)}
+        if self.data == "digits":
+            if given:
+                raise ConfigError(next(iter(given)), "the digits are scored by the offline "
+                                  "digits classifier; vae, inception and fid_reference are "
+                                  "for data=latents:DIR")
+            return
+        if not given:
+            return
+        missing = [name for name in FID_SOURCES if name not in given]
+        if missing:
+            raise ConfigError(missing[0], f"FID of latent samples needs {', '.join(FID_SOURCES)}"
+                                          f"; {', '.join(missing)} not given")
+        vae = Path(self.vae).expanduser()
+        if not (vae / "config.json").is_file():
+            raise ConfigError("vae", f"{vae} is not a folder with an AutoencoderKL's config.json")
+        if not Path(self.inception).expanduser().is_file():
+            raise ConfigError("inception", f"weights file {self.inception} does not exist")
+        reference = Path(self.fid_reference).expanduser()
+        if not (reference.is_dir() or (reference.is_file() and reference.suffix == ".npz")):
+            raise ConfigError("fid_reference", f"{reference} is neither an image folder nor "
+                                               "an .npz file")
+
+    @property
+    def scores_latents(self) -> bool:
+        """Whether latent samples are decoded and scored (all three FID sources given)."""
+        return self.data.startswith("latents:") and all(getattr(self, n) for n in FID_SOURCES)
 
     @property
     def ema_decay(self) -> float:
@@ -251,5 +303,6 @@ def build_model(
     return place(DiT(dit, seed=seed))
 
 
-__all__ = ["CUSTOM", "DIT_S2_STEPS", "PAPER_EMA", "PAPER_STEPS", "PAPER_WARMUP", "DiTData",
-           "DiTProtocolConfig", "build_model", "load_data", "scaled_decay", "scaled_warmup"]
+__all__ = ["CUSTOM", "DIT_S2_STEPS", "FID_SOURCES", "PAPER_EMA", "PAPER_STEPS", "PAPER_WARMUP",
+           "SAMPLERS", "DiTData", "DiTProtocolConfig", "build_model", "load_data",
+           "scaled_decay", "scaled_warmup"]

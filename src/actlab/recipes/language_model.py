@@ -322,10 +322,13 @@ def train_and_record(config: LMScale, model: GPT, corpus: TextCorpus, seed: int,
 
     Rows ``(run, seed, step, "", key, value)`` follow the training history in order. A run
     that stopped on a non-finite loss sets the unit's status to diverged (never raised).
+    Under ``--nproc N`` (``ctx.dist``) the model trains data-parallel: every rank draws the
+    same global batch and keeps its rows (:func:`actlab.train.distributed.shard`), so the
+    history is that of one process on the global batch.
     """
     _, outcome = train_gpt(model.config, config.train_config(), corpus, seed=seed,
                            batch_size=config.batch_size, eval_batches=config.eval_batches,
-                           model=model, on_step=on_step, progress=ctx.progress)
+                           model=model, on_step=on_step, progress=ctx.progress, dist=ctx.dist)
     for record in outcome.history:
         for key in losses:
             if key in record:

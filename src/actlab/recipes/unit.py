@@ -17,6 +17,8 @@ from typing import Any
 
 import torch
 
+from actlab.train.distributed import DistInfo
+
 # A unit's status: the trainer's own two (one home, re-exported here) and ``failed``.
 from actlab.train.loop import STATUS_DIVERGED, STATUS_OK
 
@@ -56,8 +58,13 @@ class UnitContext:
 
     ``workdir`` is a private scratch folder for this unit (checkpoints), ``device`` where to
     compute, and ``progress`` wraps an iterable in a progress bar (quiet when not a TTY).
+    ``dist`` is this process's place when the unit runs data-parallel under torchrun
+    (``actlab run --nproc N``): every rank runs ``run_unit``, a recipe that supports it
+    shards each global batch by ``dist.rank``, and the runner keeps rank 0's result.
+    ``None`` (the default): one process on ``device``.
     """
 
     workdir: Path
     device: torch.device = field(default_factory=lambda: torch.device("cpu"))
     progress: Callable[..., Iterable] = lambda it, **_: it
+    dist: DistInfo | None = None

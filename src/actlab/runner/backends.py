@@ -23,9 +23,19 @@ from typing import Any
 
 from actlab.errors import ConfigError
 from actlab.runner.execute import UnitTask, execute_unit, failed_record
+from actlab.runner.multiprocess import execute_multiprocess
 
 BACKENDS = ("local", "ray")
 OnDone = Callable[[dict[str, Any]], None]
+
+
+def execute_task(task: UnitTask, config: Any = None) -> dict[str, Any]:
+    """The record of ``task``: run here (:func:`~actlab.runner.execute.execute_unit`), or on
+    ``task.nproc`` processes under torchrun when it asks for several
+    (:func:`~actlab.runner.multiprocess.execute_multiprocess`)."""
+    if task.nproc > 1:
+        return execute_multiprocess(task)
+    return execute_unit(task, config)
 
 
 def threads_per_worker(workers: int) -> int:
@@ -93,7 +103,7 @@ def run_indexed(
         previous = torch.get_num_threads()  # units pin their own; give the caller its own back
         try:
             for i, task in enumerate(tasks):
-                on_done(i, execute_unit(task, configs[i] if configs is not None else None))
+                on_done(i, execute_task(task, configs[i] if configs is not None else None))
         finally:
             torch.set_num_threads(previous)
         return
@@ -105,7 +115,7 @@ def run_indexed(
         # each of them alone, so only the one that kills its worker is recorded failed.
         for i in suspects:
             with _pool(1, threads) as alone:
-                on_done(i, _result_or_failure(alone.submit(execute_unit, tasks[i]).result, tasks[i]))
+                on_done(i, _result_or_failure(alone.submit(execute_task, tasks[i]).result, tasks[i]))
 
 
 def _pool(workers: int, threads: int) -> ProcessPoolExecutor:
@@ -127,7 +137,7 @@ def _run_pool(tasks: Sequence[UnitTask], queue: deque[int], on_done: Callable[[i
             while queue and len(in_flight) < workers:
                 i = queue.popleft()
                 try:
-                    in_flight[pool.submit(execute_unit, tasks[i])] = i
+                    in_flight[pool.submit(execute_task, tasks[i])] = i
                 except BrokenProcessPool:  # a worker died since the last wait: i never ran
                     queue.appendleft(i)
                     return sorted(in_flight.values())
@@ -140,15 +150,17 @@ def _run_pool(tasks: Sequence[UnitTask], queue: deque[int], on_done: Callable[[i
     return []
 
 
-def ray_resources(device: str) -> dict[str, float]:
-    """What one Ray task asks for: a CPU, and a whole GPU when the unit runs on CUDA.
+def ray_resources(device: str, nproc: int = 1) -> dict[str, float]:
+    """What one Ray task asks for: a CPU, and a whole GPU when the unit runs on CUDA; a
+    unit of ``nproc`` processes (``--nproc``) asks for ``nproc`` of them.
 
-    Ray then places at most one unit per GPU and sets ``CUDA_VISIBLE_DEVICES`` for it, so
-    ``cuda`` inside the task is the GPU Ray gave it.
+    Ray then places at most one unit per GPU (``nproc`` GPUs of one node for a
+    multi-process unit, whose torchrun ranks use them as ``cuda:0`` .. ``cuda:nproc-1``) and
+    sets ``CUDA_VISIBLE_DEVICES`` for it, so ``cuda`` inside the task is what Ray gave it.
     """
     if device.startswith("cuda"):
-        return {"num_cpus": 1, "num_gpus": 1}
-    return {"num_cpus": 1}
+        return {"num_cpus": max(1, nproc), "num_gpus": max(1, nproc)}
+    return {"num_cpus": max(1, nproc)}
 
 
 def run_ray(
@@ -175,7 +187,8 @@ def run_ray(
         ray.init(**kwargs)
         started_here = True
     try:
-        remote = ray.remote(max_retries=0, **ray_resources(tasks[0].device))(execute_unit)
+        remote = ray.remote(max_retries=0, **ray_resources(tasks[0].device, tasks[0].nproc))(
+            execute_task)
         # Ray hides every GPU but the one it assigned, which is then "cuda" (index 0).
         tasks = [replace(t, device="cuda") if t.device.startswith("cuda") else t for t in tasks]
         refs = {remote.remote(task): task for task in tasks}

@@ -58,6 +58,7 @@ class RunOptions:
     command: list[str] | None = None  # recorded in env.json (default: sys.argv)
     progress: bool | None = None  # None: progress bars only on a TTY
     threads: int | None = None  # torch threads of every unit; None: see unit_threads
+    nproc: int = 1  # processes per unit: > 1 runs each unit data-parallel under torchrun
 
 
 @dataclass
@@ -181,7 +182,8 @@ def _tasks(plan: Plan, todo: list[PlannedUnit], run_dir: RunDir, options: RunOpt
                 workdir=str(run_dir.work_dir / unit.id),
                 device=options.device,
                 threads=threads,
-                quiet=pooled or not show,
+                quiet=pooled or not show or options.nproc > 1,
+                nproc=options.nproc,
             )
         )
     return tasks
@@ -311,6 +313,36 @@ def check_run_options(options: RunOptions) -> None:
     if options.workers < 1:
         raise ConfigError("--workers", f"must be >= 1, got {options.workers}")
     check_device(options.device)
+    check_nproc(options)
+
+
+def check_nproc(options: RunOptions, experiment: Experiment | None = None) -> None:
+    """Refuse a ``--nproc`` that cannot run: below 1, an experiment whose units do not train
+    data-parallel, one GPU named for several ranks, or more local ranks than GPUs."""
+    n = options.nproc
+    if n < 1:
+        raise ConfigError("--nproc", f"must be >= 1, got {n}")
+    if n == 1:
+        return
+    if experiment is not None and not experiment.distributed:
+        from actlab.runner.experiment import list_experiments
+
+        able = ", ".join(k for k, cls in list_experiments().items() if cls.distributed)
+        raise ConfigError("--nproc", f"{experiment.name} does not run its units data-parallel "
+                                     f"(those that do: {able}); drop --nproc")
+    if options.device.startswith("cuda:"):
+        raise ConfigError("--nproc", f"rank r of a unit uses cuda:r; give --device cuda, not "
+                                     f"{options.device}")
+    if options.device == "cuda" and options.backend == "local":
+        import torch
+
+        if n > torch.cuda.device_count():
+            raise ConfigError("--nproc", f"{n} ranks need {n} GPUs, this machine has "
+                                         f"{torch.cuda.device_count()}")
+        if options.workers > 1:
+            raise ConfigError("--workers", "several multi-GPU units would share the same GPUs "
+                                           "here; use --workers 1, or --backend ray to place "
+                                           "them across a cluster")
 
 
 def refuse_to_discard(run_dir: RunDir, options: RunOptions) -> None:
@@ -342,6 +374,7 @@ def prepare_run(
     options = options or RunOptions()
     check_run_options(options)
     experiment = get_experiment(name)
+    check_nproc(options, experiment)
     grid = dict(grid or {})
     plan = make_plan(experiment, scale, overrides, grid, n_seeds)
     run_name = options.name or default_run_name(
@@ -359,7 +392,7 @@ def prepare_run(
                 "--resume",
                 f"{run_dir.path} was run with a different {key}; use another --name or drop --resume",
             )
-    if options.backend == "ray" or options.workers > 1:
+    if options.backend == "ray" or options.workers > 1 or options.nproc > 1:
         _check_round_trip(plan)
     refuse_to_discard(run_dir, options)
     run_dir.prepare(options.resume)
@@ -367,6 +400,7 @@ def prepare_run(
     use_strict_float32()  # as every unit does; env.json then records the flags units run under
     env = environment(options.device, options.command)
     env["torch_threads"] = unit_threads(options)  # what the units run with, pooled or not
+    env["nproc"] = options.nproc  # processes per unit (--nproc)
     if experiment.host_only and options.device != "cpu":
         env["computes_on"] = "cpu"
         print(f"note: {experiment.name} computes on the CPU ({experiment.host_only})",

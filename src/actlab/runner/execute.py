@@ -47,6 +47,7 @@ class UnitTask:
     threads: int | None = None  # torch threads to set in the worker (None: leave as is)
     quiet: bool = True  # no progress bars inside the unit
     extra: dict[str, Any] = field(default_factory=dict)
+    nproc: int = 1  # > 1: the unit runs data-parallel under torchrun (actlab.runner.multiprocess)
 
 
 def module_root(module_name: str) -> str | None:
@@ -103,11 +104,15 @@ def _normalise_rows(rows: list, seeds: list[int]) -> list[list]:
     return out
 
 
-def execute_unit(task: UnitTask, config: Any = None) -> dict[str, Any]:
+def execute_unit(task: UnitTask, config: Any = None, dist: Any = None) -> dict[str, Any]:
     """Run ``task`` and return its record: id, point, unit, seeds, status, error, rows, data.
 
     ``config`` is the config object when running in the parent process; workers rebuild it
-    from ``task.config`` (a JSON dict) with ``build_config``.
+    from ``task.config`` (a JSON dict) with ``build_config``. A task with ``nproc > 1`` runs
+    under torchrun (:func:`actlab.runner.multiprocess.execute_multiprocess`, which the
+    backends call for it); each of its ranks calls this with its ``dist``
+    (:class:`~actlab.train.distributed.DistInfo`), which reaches the unit as ``ctx.dist`` and
+    places it on the rank's device.
     """
     started = time.perf_counter()
     record: dict[str, Any] = {
@@ -139,6 +144,8 @@ def execute_unit(task: UnitTask, config: Any = None) -> dict[str, Any]:
             config = build_config(experiment.Config, task.config)
         workdir.mkdir(parents=True, exist_ok=True)
         ctx = UnitContext(workdir=workdir, device=torch.device(task.device), progress=_progress(task.quiet))
+        if dist is not None:
+            ctx.dist, ctx.device = dist, dist.device
         if experiment.host_only:
             ctx.device = torch.device("cpu")
         with on_device(ctx.device):  # the engine and data modules place everything here
@@ -164,6 +171,8 @@ def execute_unit(task: UnitTask, config: Any = None) -> dict[str, Any]:
         if workdir.exists() and not any(workdir.iterdir()):
             shutil.rmtree(workdir, ignore_errors=True)
     record["elapsed_s"] = round(time.perf_counter() - started, 3)
+    if dist is not None:
+        record["world_size"] = dist.world_size  # the processes the unit ran on (--nproc)
     return record
 
 

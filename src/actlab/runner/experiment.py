@@ -128,6 +128,10 @@ class Experiment:
     # Why the experiment computes on the CPU whatever ``--device`` says (hand-sized float64
     # examples gain nothing from an accelerator); empty: it runs on the unit's device.
     host_only: ClassVar[str] = ""
+    # Whether ``run_unit`` trains data-parallel on ``ctx.dist`` (each global batch sharded by
+    # rank, per-sample draws indexed by the global sample), so ``actlab run --nproc N`` may
+    # run each unit under torchrun with results that do not depend on N.
+    distributed: ClassVar[bool] = False
 
     def units(self, config: Any) -> list[dict[str, Any]]:
         """Split the work besides seeds (e.g. one unit per activation). JSON-serialisable dicts."""

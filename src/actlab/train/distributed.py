@@ -93,6 +93,25 @@ def all_reduce_mean(value: torch.Tensor, info: DistInfo) -> torch.Tensor:
     return value / info.world_size
 
 
+def all_reduce_sum(value: torch.Tensor, info: DistInfo) -> torch.Tensor:
+    """Sum of ``value`` over all processes, returned where ``value`` was (``value`` itself
+    when not distributed). The collective runs on the process's device (NCCL needs CUDA
+    tensors), so host-side statistics (float64 on the CPU) can be merged on any backend."""
+    if not info.distributed:
+        return value
+    moved = value.detach().to(info.device, copy=True)
+    dist.all_reduce(moved, op=dist.ReduceOp.SUM)
+    return moved.to(value.device)
+
+
+def rank_slice(n: int, info: DistInfo) -> slice:
+    """This rank's contiguous part of ``n`` items, the parts as equal as they can be
+    (``torch.tensor_split``'s), for measurements whose sums are merged across ranks."""
+    base, extra = divmod(n, info.world_size)
+    start = info.rank * base + min(info.rank, extra)
+    return slice(start, start + base + (info.rank < extra))
+
+
 def shard(batch: tuple[torch.Tensor, ...], info: DistInfo) -> tuple[torch.Tensor, ...]:
     """This rank's contiguous slice (along dim 0) of a global batch.
 

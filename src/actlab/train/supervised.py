@@ -21,6 +21,7 @@ from actlab.data.sampling import EpochBatches
 from actlab.device import to_model_device
 from actlab.nn.losses import canonical_loss, get_loss
 from actlab.train.callbacks import Callback, EveryStep, LossHistory
+from actlab.train.distributed import DistInfo, wrap_model
 from actlab.train.loop import STATUS_DIVERGED, STATUS_OK, Trainer, TrainResult
 from actlab.train.settings import TrainSettings
 
@@ -47,8 +48,8 @@ def train(model: nn.Module, x: Tensor, y: Tensor, settings: TrainSettings, *,
           generator: torch.Generator, on_step: Callable[[int, float], None] | None = None,
           callbacks: Sequence[Callback] = (),
           progress: Callable[..., Iterable] | None = None,
-          loss_fn: Callable[[nn.Module, tuple[Tensor, Tensor]], Tensor] | None = None
-          ) -> TrainResult:
+          loss_fn: Callable[[nn.Module, tuple[Tensor, Tensor]], Tensor] | None = None,
+          dist: DistInfo | None = None) -> TrainResult:
     """Train ``model`` in place on ``(x, y)``; see the module docstring.
 
     ``loss_fn(model, (x, y))`` replaces the default ``settings.loss`` of ``model(x)`` and
@@ -57,7 +58,9 @@ def train(model: nn.Module, x: Tensor, y: Tensor, settings: TrainSettings, *,
     ``on_step(step, loss)`` runs after each update with the 0-based step (it synchronises
     every step; ``callbacks`` fire on their own schedules). ``progress`` wraps the steps.
     The result's ``losses`` hold every update's batch loss (and the non-finite one that
-    stopped a diverged run).
+    stopped a diverged run). With ``dist`` (a data-parallel rank) the model trains under DDP:
+    every rank draws the same global batch and keeps its rows, and the losses reported are
+    the global batch's.
     """
     if loss_fn is None:
         criterion = get_loss(settings.loss)
@@ -78,8 +81,9 @@ def train(model: nn.Module, x: Tensor, y: Tensor, settings: TrainSettings, *,
     extra = [] if on_step is None else [EveryStep(on_step, zero_based=True)]
     was_training = model.training
     try:
-        trainer = Trainer(model, config, batch, loss_fn=loss_fn,
-                          callbacks=[history, *callbacks, *extra], progress=progress)
+        trainer = Trainer(model if dist is None else wrap_model(model, dist), config, batch,
+                          loss_fn=loss_fn, callbacks=[history, *callbacks, *extra],
+                          progress=progress, dist=dist)
         result = trainer.fit()
     finally:
         model.train(was_training)

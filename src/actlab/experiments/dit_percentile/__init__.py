@@ -31,6 +31,14 @@ decay 0.9999 is scaled from 300K the same way
 Throughput is steps/s by the engine's step clock (thread CPU time here, CUDA events on a
 GPU), during warm-up and after it; the claims judge each seed's ratio, so on the CPU a ratio
 whose seeds straddle 1 stays undecided.
+
+FID as §7 measures it (DiT-S/2 on latents; 50,000 samples, 250 sampling steps, guidance
+s = 1.5): ``--set data=latents:DIR --set vae=VAE_DIR --set inception=WEIGHTS.pth --set
+fid_reference=IMAGES_OR_NPZ`` decodes the EMA model's samples with the Stable Diffusion VAE
+(0.18215, App. D.4) and scores them on the FID Inception-v3 ("inception-v3-fid" in every
+metric name and figure; :mod:`actlab.recipes.dit_quality`); ``sampler=ddpm`` is the DiT
+reference's ancestral sampler, ``sample_batch`` the samples drawn together. ``--nproc N`` trains each
+unit data-parallel under torchrun (its percentile statistics then see their rank's rows).
 """
 
 from __future__ import annotations
@@ -142,6 +150,7 @@ class DiTPercentile(Experiment):
     paper = DIT_PERCENTILE
     default_seeds = 2
     seeds_per_unit = 1
+    distributed = True  # --nproc N: each unit's DiT trains under DDP (train_condition)
 
     def units(self, config: DiTPercentileConfig) -> list[dict[str, Any]]:
         """One unit per condition (and seed)."""
@@ -171,6 +180,7 @@ class DiTPercentile(Experiment):
                     bias=config.bias,
                     timed=True,
                     progress=ctx.progress,
+                    dist=ctx.dist,
                 )
                 if status != STATUS_OK:
                     result.status = STATUS_DIVERGED

@@ -10,10 +10,12 @@ import pandas as pd
 
 from actlab import analysis
 from actlab.experiments.dit_common import (
+    DIGITS_NETWORK,
     draw_fid_curves,
     draw_hidden_means,
     draw_residuals,
     draw_sample_grids,
+    feature_network,
     model_depth,
 )
 from actlab.experiments.dit_percentile.summary import PREFIX, conditions
@@ -34,9 +36,10 @@ def draw_figures(
     if table.empty:
         return
     runs = [f"{PREFIX}/{c}" for c in conditions(config)]
+    network = feature_network(config) or DIGITS_NETWORK  # every figure names its network
     draw_sample_grids(results, runs, ctx)
-    draw_fid_curves(table, runs, ctx)
-    draw_residuals(table, runs, f"{PREFIX}/layernorm", ctx)
+    draw_fid_curves(table, runs, ctx, network=network)
+    draw_residuals(table, runs, f"{PREFIX}/layernorm", ctx, network=network)
     draw_hidden_means(table, runs, model_depth(config), ctx)
     entries = summary.get("conditions", {})
     base = entries.get("layernorm", {})

@@ -13,10 +13,9 @@ import pandas as pd
 
 from actlab import analysis
 from actlab.experiments.dit_common import (
-    FID,
-    IS,
     condition_summary,
     model_depth,
+    quality_metrics,
     scale_summary,
 )
 
@@ -109,22 +108,23 @@ def build_summary(
     }
     for condition in conditions(config):
         summary["conditions"][condition] = {
-            **condition_summary(table, _run(condition), depth),
+            **condition_summary(table, _run(condition), depth, quality_metrics(config)),
             **speed(table, condition),
         }
     if table.empty:
         return summary
+    fid, inception_score = quality_metrics(config)  # named by their feature network
     # FID: lower is better, relative to LayerNorm's (above 0: Percentile LN is worse)
     summary["fid_vs_layernorm"] = seed_mean(
-        final_difference(table, "percentile", "layernorm", FID, relative=True)
+        final_difference(table, "percentile", "layernorm", fid, relative=True)
     )
     # IS: higher is better, so (LayerNorm − Percentile) / LayerNorm (above 0: Percentile LN
     # scores lower, i.e. worse)
     summary["is_vs_layernorm"] = seed_mean(
-        final_difference(table, "layernorm", "percentile", IS, relative=True)
+        final_difference(table, "layernorm", "percentile", inception_score, relative=True)
     )
     summary["frozen_fid_vs_layernorm"] = seed_mean(
-        final_difference(table, "percentile-frozen", "layernorm", FID, relative=True)
+        final_difference(table, "percentile-frozen", "layernorm", fid, relative=True)
     )
     entries = summary["conditions"]
     base = entries.get("layernorm", {})

@@ -11,9 +11,12 @@ a fixed number of EMA samples from fixed noise and labels) at evenly spaced chec
 
 Scales (ours): 8x8 digits in pixel space; quick a 2-block width-32 DiT for 150 steps,
 default a 4-block width-64 DiT for 3000 steps. ``--set model=DiT-B/2 --set
-data=latents:DIR`` trains the paper's model on VAE latent shards (no FID there: actlab has
-no VAE decoder). The claims read paired residuals (shifted − unshifted per seed); the runner
-judges each on its per-seed residuals (paired t-intervals, all-of over checkpoints).
+data=latents:DIR`` trains the paper's model on VAE latent shards; with ``vae``, ``inception``
+and ``fid_reference`` set too, its samples are decoded by the Stable Diffusion VAE and scored
+on the FID Inception-v3 (:mod:`actlab.recipes.dit_quality`). ``--nproc N`` trains each unit
+data-parallel under torchrun. The claims read paired residuals (shifted − unshifted per
+seed); the runner judges each on its per-seed residuals (paired t-intervals, all-of over
+checkpoints).
 """
 
 from __future__ import annotations
@@ -78,6 +81,7 @@ class DiTShift(Experiment):
     paper = DIT_SHIFT
     default_seeds = 3
     seeds_per_unit = 1
+    distributed = True  # --nproc N: each unit's DiT trains under DDP (train_condition)
 
     def units(self, config: DiTShiftConfig) -> list[dict[str, Any]]:
         """One unit per condition (and seed)."""
@@ -96,7 +100,8 @@ class DiTShift(Experiment):
         with torch_threads(config.threads):
             for seed in seeds:
                 status = train_condition(
-                    config, result, run, seed, activation=unit["activation"], progress=ctx.progress
+                    config, result, run, seed, activation=unit["activation"], progress=ctx.progress,
+                    dist=ctx.dist,
                 )
                 if status != STATUS_OK:
                     result.status = STATUS_DIVERGED

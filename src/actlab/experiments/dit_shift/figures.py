@@ -7,10 +7,12 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from actlab.experiments.dit_common import (
+    DIGITS_NETWORK,
     draw_fid_curves,
     draw_hidden_means,
     draw_residuals,
     draw_sample_grids,
+    feature_network,
     model_depth,
 )
 from actlab.experiments.dit_shift.summary import CONDITIONS, PREFIX
@@ -27,7 +29,8 @@ def draw_figures(
     if table.empty:
         return
     runs = [f"{PREFIX}/{c}" for c in CONDITIONS]
+    network = feature_network(config) or DIGITS_NETWORK  # every figure names its network
     draw_sample_grids(results, runs, ctx)
-    draw_fid_curves(table, runs, ctx)
-    draw_residuals(table, runs, f"{PREFIX}/unshifted", ctx)
+    draw_fid_curves(table, runs, ctx, network=network)
+    draw_residuals(table, runs, f"{PREFIX}/unshifted", ctx, network=network)
     draw_hidden_means(table, runs, model_depth(config), ctx)

@@ -11,10 +11,10 @@ import pandas as pd
 
 from actlab import analysis
 from actlab.experiments.dit_common import (
-    FID,
     condition_summary,
     model_depth,
     paired,
+    quality_metrics,
     scale_summary,
 )
 
@@ -72,7 +72,8 @@ def build_summary(
         "loss_tolerance": LOSS_TOLERANCE,
     }
     for condition in CONDITIONS:
-        summary[condition] = condition_summary(table, _run(condition), depth)
+        summary[condition] = condition_summary(table, _run(condition), depth,
+                                               quality_metrics(config))
     if table.empty:
         return summary
     loss = paired(table, _run("shifted"), _run("unshifted"), "train_loss")
@@ -81,7 +82,8 @@ def build_summary(
     }
     trained = [s for s in config.log_steps() if s > 0]
     summary["train_loss_excess"] = loss_excess(table, trained, LOSS_TOLERANCE)
-    summary["fid_residual"] = residual_means(table, FID, config.eval_steps())
+    summary["fid_residual"] = residual_means(table, quality_metrics(config)[0],
+                                             config.eval_steps())
     last = f"block{depth - 1}"
     difference = overshoot_difference(table, last)
     summary["overshoot"] = {

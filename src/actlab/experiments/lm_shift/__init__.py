@@ -105,6 +105,7 @@ class LMShiftExperiment(Experiment):
     paper = GPT2_SMALL
     default_seeds = 3
     seeds_per_unit = 1
+    distributed = True  # --nproc N: each unit's GPT trains under DDP (train_and_record)
 
     def units(self, config: LMShiftConfig) -> list[dict]:
         """One unit per activation and condition."""

@@ -19,12 +19,16 @@ as in teacher-student; 0 for a monotone approach), after the last block;
 ``overshoot_shifted`` and their peak steps ``overshoot_step_unshifted``,
 ``overshoot_step_shifted`` (seed means), plus early residuals, per-condition details and the
 scale.
+
+``--nproc N`` trains each unit's ViT data-parallel under torchrun (every rank draws the
+global batch and keeps its rows; the probe merges the ranks' parts of the test images), with
+the rows of one process on the global batch; ``dtype="float64"`` trains in double precision.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import pandas as pd
@@ -46,6 +50,7 @@ from actlab.runner.experiment import (
     register,
 )
 from actlab.runner.fields import CheckedConfig, checked
+from actlab.train.distributed import DistInfo, rank_slice
 from actlab.train.optim import OPTIMIZERS
 from actlab.train.settings import TrainSettings
 from actlab.train.supervised import torch_threads
@@ -70,6 +75,7 @@ class ViTShiftConfig(CheckedConfig):
     log_points: int = checked(40, ge=1)
     loss_every: int = checked(10, ge=1)
     threads: int = checked(1, ge=1)
+    dtype: str = checked("float32", choices=("float32", "float64"))
 
     def check(self) -> None:
         """Heads divide the width; patches tile the 8x8 digits."""
@@ -80,10 +86,15 @@ class ViTShiftConfig(CheckedConfig):
 
 
 @torch.no_grad()
-def stream_statistics(model: Any, x: torch.Tensor) -> dict[tuple[str, str], float]:
+def stream_statistics(model: Any, x: torch.Tensor,
+                      dist: DistInfo | None = None) -> dict[tuple[str, str], float]:
     """``{(layer, metric): value}``: each block's ``hidden_mean`` and each activation's
-    ``act_mean`` over the images ``x``, measured by :class:`actlab.Probe` in eval mode."""
+    ``act_mean`` over the images ``x``, measured by :class:`actlab.Probe` in eval mode (a
+    data-parallel rank measures its part of ``x``; the probe merges the ranks')."""
     from actlab.probe.probe import Probe
+
+    if dist is not None:
+        x = x[rank_slice(len(x), dist)]
 
     was_training = model.training
     model.eval()
@@ -108,8 +119,10 @@ def _short(layer: str) -> str:
 
 
 def train_vit(config: ViTShiftConfig, activation: str, seed: int, data: Any,
-              result: UnitResult, run: str, progress: Any = None) -> str:
-    """Train one ViT with ``activation``; add its checkpoint rows to ``result``; the status."""
+              result: UnitResult, run: str, progress: Any = None,
+              dist: DistInfo | None = None) -> str:
+    """Train one ViT with ``activation``; add its checkpoint rows to ``result``; the status.
+    ``dist``: this process's place in a data-parallel unit (one process by default)."""
     from actlab.nn.vit import ViT
     from actlab.train.supervised import evaluate, train
 
@@ -117,6 +130,9 @@ def train_vit(config: ViTShiftConfig, activation: str, seed: int, data: Any,
     model = place(ViT(image_size=8, patch_size=config.patch_size, in_channels=1,
                       num_classes=data.num_classes, dim=config.dim, depth=config.depth,
                       heads=config.heads, mlp_ratio=config.mlp_ratio, activation=activation))
+    if config.dtype == "float64":  # the model and the images, before DDP wraps the model
+        model = model.double()
+        data = replace(data, x_train=data.x_train.double(), x_test=data.x_test.double())
     checkpoints = set(analysis.log_steps(config.steps, config.log_points))
 
     def checkpoint(updates: int) -> None:
@@ -126,7 +142,7 @@ def train_vit(config: ViTShiftConfig, activation: str, seed: int, data: Any,
         result.add(run, seed, updates, "", "train_accuracy", train_metrics["accuracy"])
         result.add(run, seed, updates, "", "test_loss", test_metrics["loss"])
         result.add(run, seed, updates, "", "test_accuracy", test_metrics["accuracy"])
-        for (layer, metric), value in stream_statistics(model, data.x_test).items():
+        for (layer, metric), value in stream_statistics(model, data.x_test, dist).items():
             result.add(run, seed, updates, layer, metric, value)
 
     def on_step(step: int, value: float) -> None:
@@ -141,7 +157,7 @@ def train_vit(config: ViTShiftConfig, activation: str, seed: int, data: Any,
                              batch_size=config.batch_size, weight_decay=config.weight_decay)
     outcome = train(model, data.x_train, data.y_train, settings,
                     generator=torch.Generator().manual_seed(seed), on_step=on_step,
-                    progress=progress)
+                    progress=progress, dist=dist)
     if outcome.status == STATUS_DIVERGED:
         result.add(run, seed, outcome.steps + 1, "", "test_loss", math.nan)
     return outcome.status
@@ -161,6 +177,7 @@ class ViTShift(Experiment):
     full = {"steps": 6000, "log_points": 50}
     default_seeds = 3
     seeds_per_unit = 1
+    distributed = True  # --nproc N: each unit's ViT trains under DDP (train_vit)
 
     def units(self, config: ViTShiftConfig) -> list[dict[str, Any]]:
         """One unit per condition."""
@@ -177,7 +194,7 @@ class ViTShift(Experiment):
         with torch_threads(config.threads):
             for seed in seeds:
                 if train_vit(config, unit["activation"], seed, data, result, run,
-                             ctx.progress) == STATUS_DIVERGED:
+                             ctx.progress, ctx.dist) == STATUS_DIVERGED:
                     result.status = STATUS_DIVERGED
         return result
 
