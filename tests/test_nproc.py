@@ -17,9 +17,10 @@ import torch.distributed as dist
 
 from actlab.errors import ConfigError
 from actlab.runner.config import build_config, config_to_dict
-from actlab.runner.driver import RunOptions, check_nproc, run_experiment
+from actlab.runner.driver import RunOptions, run_experiment
 from actlab.runner.execute import UnitTask, execute_unit
 from actlab.runner.experiment import get_experiment
+from actlab.runner.multiprocess import check_nproc
 
 import _toy_experiments as toy
 
@@ -135,13 +136,13 @@ def test_ray_places_two_multiprocess_units(tmp_path) -> None:
 
 def test_nproc_is_refused_where_it_cannot_run() -> None:
     with pytest.raises(ConfigError, match="--nproc.*must be >= 1"):
-        check_nproc(RunOptions(nproc=0))
+        check_nproc(0)
     with pytest.raises(ConfigError, match="signal does not run its units data-parallel.*"
                                           "lm-shift"):
-        check_nproc(RunOptions(nproc=2), get_experiment("signal"))
+        check_nproc(2, experiment=get_experiment("signal"))
     with pytest.raises(ConfigError, match="give --device cuda"):
-        check_nproc(RunOptions(nproc=2, device="cuda:1"), get_experiment("vit-shift"))
-    check_nproc(RunOptions(nproc=2), get_experiment("vit-shift"))  # fine on the CPU
+        check_nproc(2, device="cuda:1", experiment=get_experiment("vit-shift"))
+    check_nproc(2, experiment=get_experiment("vit-shift"))  # fine on the CPU
 
 
 def test_cli_refuses_bad_nproc_in_one_line(tmp_path) -> None:

@@ -33,6 +33,7 @@ from actlab.runner.experiment import (
     RunContext,
     get_experiment,
 )
+from actlab.runner.multiprocess import check_nproc
 from actlab.runner.per_seed import judge_over_seeds, seed_records, seeds_of
 from actlab.runner.plan import Plan, PlannedUnit, default_run_name, make_plan, point_label, slug
 from actlab.runner.rejudge import SEED_SUMMARIES
@@ -313,36 +314,9 @@ def check_run_options(options: RunOptions) -> None:
     if options.workers < 1:
         raise ConfigError("--workers", f"must be >= 1, got {options.workers}")
     check_device(options.device)
-    check_nproc(options)
+    check_nproc(options.nproc, device=options.device, backend=options.backend,
+                workers=options.workers)
 
-
-def check_nproc(options: RunOptions, experiment: Experiment | None = None) -> None:
-    """Refuse a ``--nproc`` that cannot run: below 1, an experiment whose units do not train
-    data-parallel, one GPU named for several ranks, or more local ranks than GPUs."""
-    n = options.nproc
-    if n < 1:
-        raise ConfigError("--nproc", f"must be >= 1, got {n}")
-    if n == 1:
-        return
-    if experiment is not None and not experiment.distributed:
-        from actlab.runner.experiment import list_experiments
-
-        able = ", ".join(k for k, cls in list_experiments().items() if cls.distributed)
-        raise ConfigError("--nproc", f"{experiment.name} does not run its units data-parallel "
-                                     f"(those that do: {able}); drop --nproc")
-    if options.device.startswith("cuda:"):
-        raise ConfigError("--nproc", f"rank r of a unit uses cuda:r; give --device cuda, not "
-                                     f"{options.device}")
-    if options.device == "cuda" and options.backend == "local":
-        import torch
-
-        if n > torch.cuda.device_count():
-            raise ConfigError("--nproc", f"{n} ranks need {n} GPUs, this machine has "
-                                         f"{torch.cuda.device_count()}")
-        if options.workers > 1:
-            raise ConfigError("--workers", "several multi-GPU units would share the same GPUs "
-                                           "here; use --workers 1, or --backend ray to place "
-                                           "them across a cluster")
 
 
 def refuse_to_discard(run_dir: RunDir, options: RunOptions) -> None:
@@ -374,7 +348,8 @@ def prepare_run(
     options = options or RunOptions()
     check_run_options(options)
     experiment = get_experiment(name)
-    check_nproc(options, experiment)
+    check_nproc(options.nproc, device=options.device, backend=options.backend,
+                workers=options.workers, experiment=experiment)
     grid = dict(grid or {})
     plan = make_plan(experiment, scale, overrides, grid, n_seeds)
     run_name = options.name or default_run_name(

@@ -32,10 +32,41 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from actlab.errors import ConfigError
 from actlab.runner.atomic import atomic_write_json, dumps
 from actlab.runner.execute import UnitTask, execute_unit, failed_record
 
 RECORD_TAIL = 4000  # characters of the launcher's output kept in a failed record
+
+
+def check_nproc(nproc: int, *, device: str = "cpu", backend: str = "local", workers: int = 1,
+                experiment: Any = None) -> None:
+    """Refuse a ``--nproc`` that cannot run, before any unit does: below 1, an experiment
+    whose units do not train data-parallel (``Experiment.distributed``), one GPU named for
+    several ranks, more local ranks than GPUs, or several local multi-GPU workers."""
+    if nproc < 1:
+        raise ConfigError("--nproc", f"must be >= 1, got {nproc}")
+    if nproc == 1:
+        return
+    if experiment is not None and not experiment.distributed:
+        from actlab.runner.experiment import list_experiments
+
+        able = ", ".join(k for k, cls in list_experiments().items() if cls.distributed)
+        raise ConfigError("--nproc", f"{experiment.name} does not run its units data-parallel "
+                                     f"(those that do: {able}); drop --nproc")
+    if device.startswith("cuda:"):
+        raise ConfigError("--nproc", f"rank r of a unit uses cuda:r; give --device cuda, not "
+                                     f"{device}")
+    if device == "cuda" and backend == "local":
+        import torch
+
+        if nproc > torch.cuda.device_count():
+            raise ConfigError("--nproc", f"{nproc} ranks need {nproc} GPUs, this machine has "
+                                         f"{torch.cuda.device_count()}")
+        if workers > 1:
+            raise ConfigError("--workers", "several multi-GPU units would share the same GPUs "
+                                           "here; use --workers 1, or --backend ray to place "
+                                           "them across a cluster")
 
 
 def torchrun_command(nproc: int, task_path: Path, record_path: Path) -> list[str]:
