@@ -235,3 +235,18 @@ def test_memory_per_gpu_falls_with_nproc_and_the_note_says_when_it_does_not_fit(
     tight.accelerator = type(tight.accelerator)("small", 1e15, one.memory_gb / 2, "test")
     assert tight.table()[-1].startswith("note: a unit needs")
     assert not plan_cost(plan, nproc=8).table()[-1].startswith("note:")
+
+
+@pytest.mark.parametrize("name", ["teacher-student", "shift-sweep", "size-sweep", "ablations",
+                                  "lm-shift", "spikes", "lm-drift", "dit-shift",
+                                  "dit-percentile"])
+def test_every_experiment_with_a_preset_is_priced_at_its_quick_scale_too(name):
+    from actlab.runner.cost import plan_cost
+    from actlab.runner.experiment import get_experiment
+    from actlab.runner.plan import make_plan
+
+    plan = make_plan(get_experiment(name), "quick", n_seeds=1)
+    cost = plan_cost(plan)
+    assert len({row.unit for row in cost.rows}) == len(plan.units)
+    assert all(row.params > 0 and row.total_flops > 0 and row.memory_gb > 0
+               for row in cost.rows)
