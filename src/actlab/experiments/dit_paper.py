@@ -5,8 +5,10 @@ official facebookresearch/DiT implementation", "Bug or Feature²" App. D.4 DiT-S
 Stable Diffusion VAE's latents. :data:`DIT_REFERENCE` is that implementation's training
 (``train.py``: AdamW at 1e-4 without weight decay, global batch 256; the EMA decay 0.9999 is
 the protocol's at the paper's length, :func:`~actlab.recipes.dit_setup.scaled_decay`) and
-evaluation (``sample_ddp.py``: 50,000 samples, 250 sampling steps, guidance 1.5), which
-"Bug or Feature²" §7 states for its FID as well. The data are ImageNet at 256 x 256 as the
+evaluation (``sample_ddp.py``: 50,000 samples drawn 32 at a time by ancestral sampling over
+250 steps, guidance 1.5), whose counts "Bug or Feature²" §7 states for its FID as well. The
+FID itself needs the user's VAE, Inception weights and reference set (``vae``,
+``inception``, ``fid_reference``; :mod:`actlab.recipes.dit_quality`). The data are ImageNet at 256 x 256 as the
 VAE's 4 x 32 x 32 latents (App. D.4; the 0.18215 scale is applied when the shards are read),
 one folder of shards (:mod:`actlab.data.latents`). :func:`dit_workloads` prices one
 condition of either experiment.
@@ -40,10 +42,15 @@ DIT_REFERENCE = PaperPreset({
     "fid_samples": code(DIT_SAMPLE, 50_000, "--num-fid-samples"),
     "sample_steps": code(DIT_SAMPLE, 250, "--num-sampling-steps"),
     "cfg_scale": code(DIT_SAMPLE, 1.5, "--cfg-scale"),
+    "sampler": code(DIT_SAMPLE, "ddpm", "ancestral sampling over the respaced steps"),
+    "sample_batch": code(DIT_SAMPLE, 32, "--per-proc-batch-size: samples drawn together"),
     "eval_points": ours(8, "FID every 50,000 steps of 400,000, DiT train.py's --ckpt-every"),
 }, data=IMAGENET_LATENTS, notes=(
     "The EMA decay is 0.9999 at the paper's length (the protocol scales it with steps).",
     "No bfloat16 here: the DiT protocol trains in float32, as DiT's train.py does.",
+    "FID needs --set vae=DIR inception=FILE fid_reference=PATH (the Stable Diffusion VAE, "
+    "the FID Inception-v3 weights, reference images or guided-diffusion's .npz; "
+    "docs/diffusion.md); without them the run records losses and hidden states only.",
 ))
 
 DIT_SHIFT = DIT_REFERENCE.extend({
