@@ -24,7 +24,6 @@ from actlab.errors import ConfigError
 from actlab.experiments.teacher_student.claims import claims as teacher_student_claims
 from actlab.experiments.teacher_student.figures import teacher_student_figures
 from actlab.experiments.teacher_student.paper import TEACHER_STUDENT, students
-from actlab.experiments.teacher_student.paper import TEACHER_STUDENT, students
 from actlab.experiments.teacher_student.summary import TABLE2_ETA, summarize
 from actlab.recipes.teacher_student import (
     ModelSettings,
@@ -98,17 +97,12 @@ class TeacherStudent(Experiment):
     }
     full: ClassVar[dict[str, Any]] = {"d": 50, "m": 200, "L": 20, "steps": 8000}
     paper: ClassVar[Any] = TEACHER_STUDENT
-    paper: ClassVar[Any] = TEACHER_STUDENT
     default_seeds: ClassVar[int] = 8
     seeds_per_unit: ClassVar[int | None] = None
 
     def units(self, config: Config) -> list[dict[str, Any]]:
         """One unit per activation (all seeds and both students in one ensemble)."""
         return [{"activation": a} for a in config.activations]
-
-    def workloads(self, config: Config, unit: dict[str, Any]) -> list[Any]:
-        """The two students of a seed and their teacher (``actlab plan``)."""
-        return students(config, 2)
 
     def workloads(self, config: Config, unit: dict[str, Any]) -> list[Any]:
         """The two students of a seed and their teacher (``actlab plan``)."""
