@@ -54,7 +54,8 @@ def _start_unit(start: torch.Tensor, like: CurvatureOperator) -> torch.Tensor:
         raise ValueError(f"start: needs shape ({like.dim},), got {tuple(start.shape)}")
     v = start.detach().to(dtype=like.dtype, device=like.device)
     norm = v.norm()
-    if not torch.isfinite(norm) or norm == 0:
+    # a meta tensor (the shape walk of a paper-size run) has no values to check
+    if v.device.type != "meta" and (not torch.isfinite(norm) or norm == 0):
         raise ValueError("start: needs a finite, non-zero vector")
     return v / norm
 
