@@ -49,6 +49,36 @@ def test_schedule_matches_pytorch_schedulers(schedule: str) -> None:
     assert lr_at(49 + 1, config) == pytest.approx(0.02)
 
 
+@pytest.mark.parametrize("steps", [10, 37, 200])
+def test_onecycle_is_pytorchs_one_cycle_lr(steps: int) -> None:
+    config = TrainConfig(steps=steps, lr=6e-4, warmup=0, schedule="onecycle")
+    opt = torch.optim.AdamW([torch.zeros(1, requires_grad=True)], lr=config.lr)
+    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=6e-4, total_steps=steps,
+                                                cycle_momentum=False)
+    for step in range(steps):
+        assert lr_at(step, config) == pytest.approx(opt.param_groups[0]["lr"], rel=1e-9), step
+        opt.step()
+        if step < steps - 1:  # OneCycleLR refuses to step past total_steps
+            sched.step()
+    with pytest.raises(ConfigError, match="onecycle"):
+        TrainConfig(steps=steps, warmup=3, schedule="onecycle")
+
+
+def test_warm_up_from_a_fraction_of_the_rate_is_pytorchs_linear_lr() -> None:
+    # "Bug or Feature²" App. D.3: a linear warm-up from 1e-4 to 1e-3, then cosine to 0
+    config = TrainConfig(steps=30, lr=1e-3, warmup=5, warmup_from=0.1, schedule="cosine",
+                         min_lr_ratio=0.0)
+    opt = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=config.lr)
+    warm = torch.optim.lr_scheduler.LinearLR(opt, 0.1 + 0.9 / 5, 1.0, total_iters=4)
+    decay = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=25, eta_min=0.0)
+    sched = torch.optim.lr_scheduler.SequentialLR(opt, [warm, decay], milestones=[5])
+    for step in range(30):
+        assert lr_at(step, config) == pytest.approx(opt.param_groups[0]["lr"], rel=1e-9), step
+        opt.step()
+        sched.step()
+    assert lr_at(0, TrainConfig(warmup=5, lr=1.0)) == pytest.approx(0.2)  # from 0 by default
+
+
 def _trainer(tmp_path, steps: int = 8, on_step=None, seed: int = 0, **over) -> Trainer:
     config = TrainConfig(steps=steps, lr=3e-3, warmup=2, eval_every=3, log_every=2,
                          checkpoint_every=2, **over)

@@ -94,8 +94,11 @@ def lr_at(step: int, config: TrainSettings) -> float:
     ``warmdown`` steps, then ``lr (steps - step) / warmdown`` (``lr / warmdown`` for the last
     update; 0 would be the rate after it).
     """
+    if config.schedule == "onecycle":
+        return _one_cycle(step, config.lr, config.steps)
     if config.warmup and step < config.warmup:
-        return config.lr * (step + 1) / config.warmup
+        start = getattr(config, "warmup_from", 0.0)
+        return config.lr * (start + (1.0 - start) * (step + 1) / config.warmup)
     if config.schedule == "constant":
         return config.lr
     if config.schedule == "trapezoid":
@@ -109,6 +112,24 @@ def lr_at(step: int, config: TrainSettings) -> float:
     if config.schedule == "linear":
         return config.lr - (config.lr - floor) * progress
     return floor + 0.5 * (config.lr - floor) * (1.0 + math.cos(math.pi * progress))
+
+
+# PyTorch's OneCycleLR defaults: the rise takes 30 % of the steps from lr / 25 to lr, the fall
+# ends at lr / 25 / 1e4, both cosine.
+ONE_CYCLE_PCT, ONE_CYCLE_DIV, ONE_CYCLE_FINAL_DIV = 0.3, 25.0, 1e4
+
+
+def _one_cycle(step: int, lr: float, steps: int) -> float:
+    """``torch.optim.lr_scheduler.OneCycleLR(max_lr=lr, total_steps=steps)``'s rate after
+    ``step`` updates (two cosine phases; the rise ends at step ``0.3 steps - 1``)."""
+    start, floor = lr / ONE_CYCLE_DIV, lr / ONE_CYCLE_DIV / ONE_CYCLE_FINAL_DIV
+    peak_step = float(ONE_CYCLE_PCT * steps) - 1
+    if step <= peak_step:
+        begin, end, from_lr, to_lr = 0.0, peak_step, start, lr
+    else:
+        begin, end, from_lr, to_lr = peak_step, float(steps - 1), lr, floor
+    pct = (step - begin) / (end - begin) if end > begin else 1.0
+    return to_lr + (from_lr - to_lr) / 2.0 * (math.cos(math.pi * pct) + 1.0)
 
 
 def make_engine_optimizer(model: nn.Module, config: TrainSettings) -> Any:
@@ -200,6 +221,8 @@ class Trainer:
         on_step: called as ``on_step(step, loss)`` after every update (e.g. ``probe.step``);
             it synchronises every step (prefer a callback).
         progress: wraps the step range in a progress bar, e.g. ``UnitContext.progress``.
+        sharded: ``train_batch`` and ``eval_batches`` give this rank's part of each global
+            batch already (a streaming loader that reads only its rows), not the whole batch.
     """
 
     def __init__(self, model: nn.Module, config: TrainSettings,
@@ -209,8 +232,10 @@ class Trainer:
                  checkpoint_dir: str | os.PathLike | None = None,
                  callbacks: Sequence[Callback] = (),
                  on_step: Callable[[int, float], None] | None = None,
-                 progress: Callable[..., Iterable] | None = None) -> None:
+                 progress: Callable[..., Iterable] | None = None,
+                 sharded: bool = False) -> None:
         self.config = config
+        self.sharded = sharded
         self.dist = dist or DistInfo(device=resolve_device(getattr(config, "device", None)))
         self.model = model.to(self.dist.device)
         if config.dtype == "float64" and any(p.dtype != torch.float64 for p in model.parameters()):
@@ -240,6 +265,10 @@ class Trainer:
             return torch.autocast(self.dist.device.type, dtype=torch.bfloat16)
         return contextlib.nullcontext()
 
+    def _part(self, batch: Batch) -> Batch:
+        """This rank's part of a global batch (the batch itself when it is one already)."""
+        return batch if self.sharded else shard(batch, self.dist)
+
     def _to_device(self, batch: Batch) -> Batch:
         return tuple(t.to(self.dist.device, non_blocking=True) for t in batch)
 
@@ -253,7 +282,7 @@ class Trainer:
         try:
             with torch.no_grad(), self._autocast():
                 for batch in self.eval_batches():
-                    loss = self.loss_fn(self._forward_model, self._to_device(shard(batch, self.dist)))
+                    loss = self.loss_fn(self._forward_model, self._to_device(self._part(batch)))
                     total += loss.detach().double()
                     count += 1
         finally:
@@ -285,7 +314,7 @@ class Trainer:
             lr = lr_at(step, config)
             for group in self.optimizer.param_groups:
                 group["lr"] = lr * group["lr_scale"] if "lr_scale" in group else lr
-            batch = self._to_device(shard(self.train_batch(step), self.dist))
+            batch = self._to_device(self._part(self.train_batch(step)))
             with self._autocast():
                 loss = self.loss_fn(self._forward_model, batch)
             # float32 for reports (bfloat16 losses widened), float64 kept as it is

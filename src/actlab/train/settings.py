@@ -25,7 +25,7 @@ from actlab.nn.losses import canonical_loss
 from actlab.train.muon import MUON, NS_DTYPES, check_muon_available
 from actlab.train.optim import TRAINER_OPTIMIZERS
 
-SCHEDULES = ("cosine", "linear", "constant", "trapezoid")
+SCHEDULES = ("cosine", "linear", "constant", "trapezoid", "onecycle")
 DTYPES = ("float32", "float64", "bfloat16")
 TORCH_DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16}
 
@@ -37,7 +37,12 @@ class TrainSettings:
     ``decay_vectors=False`` keeps weight decay off biases and norm gains (parameters of
     fewer than 2 dims). ``schedule="trapezoid"``: linear warm-up over ``warmup`` steps, constant,
     linear warm-down to 0 over the last ``warmdown`` steps ("Bug or Feature²" App. D.6;
-    ``warmdown`` belongs to it alone). ``optimizer="muon"`` (single-model
+    ``warmdown`` belongs to it alone). ``warmup_from``: the linear warm-up starts at this
+    fraction of ``lr`` (0: from nothing, "Bug or Feature²" App. D.3 warms from 1e-4 to 1e-3).
+    ``schedule="onecycle"``: PyTorch's ``OneCycleLR`` at its defaults (a cosine rise from
+    ``lr / 25`` to ``lr`` over the first 30 % of the steps, a cosine fall to ``lr / 25 / 1e4``;
+    it has its own rise, so ``warmup`` must be 0; its momentum cycle is not applied).
+    ``optimizer="muon"`` (single-model
     :class:`~actlab.train.loop.Trainer` only): AdamW with ``lr``, ``beta1``, ``beta2``,
     ``weight_decay`` on embeddings, head, norms and biases, Muon (a ``torch.optim.Muon``) on
     the hidden matrices with the ``muon_*`` fields (:mod:`actlab.train.muon`; ``muon_weight_decay`` ``None``
@@ -56,6 +61,7 @@ class TrainSettings:
     schedule: str = "constant"
     warmup: int = 0
     warmdown: int = 0
+    warmup_from: float = 0.0
     min_lr_ratio: float = 0.1
     grad_clip: float = 0.0
     decay_vectors: bool = True
@@ -92,6 +98,8 @@ class TrainSettings:
             raise ConfigError("log_every", f"must be >= 1, got {self.log_every}")
         if self.batch_size < 1:
             raise ConfigError("batch_size", f"must be >= 1, got {self.batch_size}")
+        if not 0.0 <= self.warmup_from <= 1.0:
+            raise ConfigError("warmup_from", f"must be in [0, 1], got {self.warmup_from}")
         if not 0.0 <= self.min_lr_ratio <= 1.0:
             raise ConfigError("min_lr_ratio", f"must be in [0, 1], got {self.min_lr_ratio}")
         for name in ("beta1", "beta2"):
@@ -107,6 +115,9 @@ class TrainSettings:
         if self.warmdown and self.schedule != "trapezoid":
             raise ConfigError("warmdown", f"only the trapezoid schedule has a warm-down (schedule "
                                           f"is {self.schedule!r}), got {self.warmdown}")
+        if self.schedule == "onecycle" and self.warmup:
+            raise ConfigError("warmup", f"the onecycle schedule rises on its own (the first 30 % "
+                                        f"of the steps); got warmup={self.warmup}")
         if self.schedule == "trapezoid" and self.warmup + self.warmdown > self.steps:
             raise ConfigError("warmdown", f"warmup + warmdown = {self.warmup + self.warmdown} "
                                           f"exceeds steps = {self.steps}")
