@@ -9,7 +9,13 @@ the first block.
 :func:`~actlab.nn.norms.make_norm` name); ``mlp_norm`` optionally puts a norm between the
 MLP's up-projection and its activation (``none`` by default), which is where Percentile
 Centering controls the activation's sparsity. Linear layers omit biases by default, as in
-"Bug or Feature²" App. D.1.
+"Bug or Feature²" App. D.1. ``drop_path`` is the stochastic depth of the largest rate, reached
+linearly at the last block as timm's ``VisionTransformer`` spreads it (0 by default: none).
+
+:func:`vit_base` is ViT-B/16 (Dosovitskiy et al., 2021) at 224 x 224: width 768, 12 blocks of
+12 heads, MLP 3,072, 16 x 16 patches, biases in every linear layer, as timm's
+``vit_base_patch16_224`` and torchvision's ``vit_b_16`` (86,567,656 parameters at 1,000
+classes, torchvision's ``num_params``).
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from actlab.activations.spec_activation import make_activation
+from actlab.nn.maxvit import StochasticDepth
 from actlab.nn.norms import make_norm
 
 
@@ -61,17 +68,22 @@ class ViTBlock(nn.Module):
     """Pre-norm transformer block: ``x + attn(norm1(x))`` then ``x + mlp(norm2(x))``."""
 
     def __init__(self, dim: int, heads: int, mlp_hidden: int, activation: str, norm: str,
-                 mlp_norm: str = "none", bias: bool = False, norm_bias: bool = True) -> None:
+                 mlp_norm: str = "none", bias: bool = False, norm_bias: bool = True,
+                 drop_path: float = 0.0) -> None:
         super().__init__()
         self.norm1 = make_norm(norm, dim)
         self.attn = Attention(dim, heads, bias)
         self.norm2 = make_norm(norm, dim)
         self.mlp = ViTMLP(dim, mlp_hidden, activation, mlp_norm, bias, norm_bias)
+        # no module at rate 0, so the default block's module tree is as it always was
+        self.drop_path = StochasticDepth(drop_path) if drop_path > 0 else None
 
     def forward(self, x: Tensor) -> Tensor:
-        """Update the residual stream ``(B, T, D)``."""
-        x = x + self.attn(self.norm1(x))
-        return x + self.mlp(self.norm2(x))
+        """Update the residual stream ``(B, T, D)`` (each branch dropped per sample at
+        ``drop_path`` in training)."""
+        drop = self.drop_path or (lambda branch: branch)
+        x = x + drop(self.attn(self.norm1(x)))
+        return x + drop(self.mlp(self.norm2(x)))
 
 
 class ViT(nn.Module):
@@ -84,7 +96,8 @@ class ViT(nn.Module):
     def __init__(self, image_size: int = 8, patch_size: int = 2, in_channels: int = 1,
                  num_classes: int = 10, dim: int = 64, depth: int = 4, heads: int = 4,
                  mlp_ratio: float = 2.0, activation: str = "gelu", norm: str = "layernorm",
-                 mlp_norm: str = "none", bias: bool = False, norm_bias: bool = True) -> None:
+                 mlp_norm: str = "none", bias: bool = False, norm_bias: bool = True,
+                 drop_path: float = 0.0) -> None:
         super().__init__()
         if image_size % patch_size:
             raise ValueError(f"image_size {image_size} is not divisible by patch_size {patch_size}")
@@ -94,9 +107,12 @@ class ViT(nn.Module):
         self.cls_token = nn.Parameter(torch.zeros(1, 1, dim))
         self.pos = nn.Parameter(torch.randn(1, num_patches + 1, dim) * 0.02)
         hidden = int(round(dim * mlp_ratio))
+        if not 0.0 <= drop_path < 1.0:
+            raise ValueError(f"drop_path must be in [0, 1), got {drop_path}")
+        rates = [drop_path * i / max(1, depth - 1) for i in range(depth)]  # 0 .. drop_path
         self.blocks = nn.ModuleList(
-            ViTBlock(dim, heads, hidden, activation, norm, mlp_norm, bias, norm_bias)
-            for _ in range(depth))
+            ViTBlock(dim, heads, hidden, activation, norm, mlp_norm, bias, norm_bias, rate)
+            for rate in rates)
         self.norm = make_norm(norm, dim)
         self.head = nn.Linear(dim, num_classes, bias=bias)
 
@@ -115,3 +131,13 @@ class ViT(nn.Module):
         for block in self.blocks:
             h = block(h)
         return self.head(self.norm(h)[:, 0])
+
+
+def vit_base(image_size: int = 224, in_channels: int = 3, num_classes: int = 1000,
+             **overrides) -> ViT:
+    """ViT-B/16 (module docstring): ``overrides`` set any other :class:`ViT` argument
+    (``activation``, ``drop_path``, ...)."""
+    shape = {"patch_size": 16, "dim": 768, "depth": 12, "heads": 12, "mlp_ratio": 4.0,
+             "bias": True}
+    return ViT(image_size=image_size, in_channels=in_channels, num_classes=num_classes,
+               **{**shape, **overrides})
