@@ -594,8 +594,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"  {name}: " + ", ".join(f"{k} {v:.4f}" for k, v in values.items()))
     figures.update({"llama7b": llama, "models": models, "quality": quality,
                     "notes": {case.name: case.note for case, _ in cases}})
-    print(json.dumps(figures))
+    print(json.dumps(_rounded(figures)))
     return 0
+
+
+def _rounded(value: Any) -> Any:
+    """Floats to 4 significant digits, so that the JSON line stays readable."""
+    if isinstance(value, float):
+        return float(f"{value:.4g}")
+    if isinstance(value, dict):
+        return {k: _rounded(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_rounded(v) for v in value]
+    return value
 
 
 if __name__ == "__main__":
