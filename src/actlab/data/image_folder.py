@@ -27,7 +27,7 @@ import torch
 from torch import Tensor
 
 __all__ = ["IMAGE_EXTENSIONS", "ImageFolderData", "center_crop_arr", "image_folder_batches",
-           "image_folder_files", "load_image_folder"]
+           "image_folder_files", "image_folder_index", "load_image_folder"]
 
 IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".bmp", ".webp")
 
@@ -147,6 +147,15 @@ def image_folder_files(root: str | Path, limit_per_class: int | None = None) -> 
     """The image files :func:`load_image_folder` reads, in its order (class by class)."""
     _, per_class = _class_files(Path(root).expanduser(), limit_per_class)
     return [path for files in per_class for path in files]
+
+
+def image_folder_index(root: str | Path) -> tuple[tuple[str, ...], list[Path], list[int]]:
+    """``(classes, files, labels)`` of a class-per-folder tree, in :func:`load_image_folder`'s
+    order, without reading an image (its errors for a bad folder)."""
+    classes, per_class = _class_files(Path(root).expanduser(), None)
+    files = [path for paths in per_class for path in paths]
+    labels = [label for label, paths in enumerate(per_class) for _ in paths]
+    return tuple(classes), files, labels
 
 
 def image_folder_batches(root: str | Path, *, image_size: int, batch_size: int,
