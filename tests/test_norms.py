@@ -292,3 +292,34 @@ def test_both_selection_paths_give_the_order_statistics_with_ties(use_numpy):
             assert (bi != ai).all()
         else:  # a tied upper neighbour may reuse the lower one's element
             assert ((bi != ai) | (below == above)).all()
+
+
+@pytest.mark.parametrize("frozen", [False, True])
+@pytest.mark.parametrize("channels_first", [False, True])
+def test_percentile_norms_under_bfloat16_autocast_compute_in_float32(frozen, channels_first):
+    # Autocast runs LayerNorm and BatchNorm in float32; the percentile norms do the same: the
+    # output and gradients equal the norm applied outside autocast to the bfloat16 input
+    # widened to float32 (their backward once met bfloat16 inputs and float32 weights).
+    from actlab.nn.norms import make_norm
+
+    spec = "percentile:q=0.3" + (":freeze_after=1" if frozen else "")
+    shape = (4, 8, 3, 3) if channels_first else (4, 5, 8)
+    a = make_norm(spec, 8, channels_first=channels_first)
+    b = make_norm(spec, 8, channels_first=channels_first)
+    g = torch.Generator().manual_seed(0)
+    for _step in range(2):  # the frozen ones freeze after the first step
+        x = torch.randn(*shape, generator=g).to(torch.bfloat16)
+        xa = x.clone().requires_grad_()
+        xb = x.float().requires_grad_()
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            ya = a(xa)
+        yb = b(xb)
+        assert ya.dtype == torch.float32
+        torch.testing.assert_close(ya, yb, rtol=0, atol=0)
+        weights = torch.randn(yb.shape, generator=g)
+        (ya * weights).sum().backward()
+        (yb * weights).sum().backward()
+        torch.testing.assert_close(xa.grad.float(), xb.grad.bfloat16().float())
+        torch.testing.assert_close(a.weight.grad, b.weight.grad, rtol=0, atol=0)
+    assert a.running_center.dtype == torch.float32
+    assert (a.stats_computed, b.stats_computed) == ((1, 1) if frozen else (2, 2))

@@ -61,6 +61,16 @@ class RMSNorm(nn.Module):
         return f"{self.dim}, eps={self.eps}"
 
 
+def _float_under_autocast(x: Tensor) -> Tensor:
+    """``x`` in float32 when autocast runs its device in a lower precision: the percentile
+    norms compute in float32 there, as autocast runs PyTorch's LayerNorm and BatchNorm (their
+    backward would otherwise meet bfloat16 inputs and float32 weights)."""
+    if (x.dtype in (torch.bfloat16, torch.float16) and x.device.type in ("cpu", "cuda")
+            and torch.is_autocast_enabled(x.device.type)):
+        return x.float()
+    return x
+
+
 class _PercentileNorm(nn.Module):
     """Shared machinery of the two Percentile Centering flavours (see the module docstring)."""
 
@@ -121,6 +131,7 @@ class PercentileBatchNorm(_PercentileNorm):
 
     def forward(self, x: Tensor) -> Tensor:
         """Percentile-center and scale ``x`` per channel."""
+        x = _float_under_autocast(x)
         if x.dim() < 2 or x.shape[1] != self.num_features:
             raise ValueError(f"expected (N, {self.num_features}, ...) input, got {tuple(x.shape)}")
         if not self.training or self.frozen:
@@ -158,6 +169,7 @@ class PercentileLayerNorm(_PercentileNorm):
 
     def forward(self, x: Tensor) -> Tensor:
         """Percentile-center and scale ``x`` over its last dimension."""
+        x = _float_under_autocast(x)
         if x.shape[-1] != self.num_features:
             raise ValueError(f"expected last dim {self.num_features}, got {tuple(x.shape)}")
         if self.frozen:
