@@ -25,7 +25,8 @@ import _toy_experiments as toy
 from _meta_harness import META, MetaReads
 
 PRESETS = ("teacher-student", "shift-sweep", "size-sweep", "ablations", "lm-shift", "spikes",
-           "lm-drift", "dit-shift", "dit-percentile")
+           "lm-drift", "dit-shift", "dit-percentile", "vit-shift", "drift", "sparsity",
+           "sparse-activations", "relufication", "accumulation-stop")
 
 
 def _with_preset() -> list[str]:

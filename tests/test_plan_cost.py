@@ -239,7 +239,8 @@ def test_memory_per_gpu_falls_with_nproc_and_the_note_says_when_it_does_not_fit(
 
 @pytest.mark.parametrize("name", ["teacher-student", "shift-sweep", "size-sweep", "ablations",
                                   "lm-shift", "spikes", "lm-drift", "dit-shift",
-                                  "dit-percentile"])
+                                  "dit-percentile", "vit-shift", "drift", "sparsity",
+                                  "sparse-activations", "relufication", "accumulation-stop"])
 def test_every_experiment_with_a_preset_is_priced_at_its_quick_scale_too(name):
     from actlab.runner.cost import plan_cost
     from actlab.runner.experiment import get_experiment

@@ -136,11 +136,14 @@ class ImageStream:
 
     def eval_batches(self, batch_size: int, rank: int = 0, world_size: int = 1,
                      limit: int | None = None) -> Iterator[tuple[Tensor, Tensor]]:
-        """The first ``limit`` images (all by default) in folder order, the rank's share
-        (images ``rank, rank + world_size, ...``), as ``(images, labels)`` batches of at most
-        ``batch_size``, through the transform's evaluation form."""
+        """All images in folder order, or ``limit`` of them spread evenly over it (every
+        class then counts), the rank's share (every ``world_size``-th from ``rank``), as
+        ``(images, labels)`` batches of at most ``batch_size``, through the transform's
+        evaluation form."""
         transform = self.transform.evaluation()
-        rows = np.arange(len(self) if limit is None else min(limit, len(self)))[rank::world_size]
+        n = len(self)
+        rows = np.arange(n) if limit is None or limit >= n else (np.arange(limit) * n) // limit
+        rows = rows[rank::world_size]
         for start in range(0, len(rows), batch_size):
             part = rows[start:start + batch_size]
             yield (self._images(part, [None] * len(part), transform),

@@ -11,6 +11,12 @@ throughput (DiT-S/2, MaxViT-T): up to 28% slower while computing percentiles, 1.
 baseline once frozen, quality within 2%. ``--set models=maxvit`` trains a small MaxViT
 (:mod:`actlab.nn.maxvit`, whose ``maxvit_config("maxvit-t")`` is the paper's MaxViT-T): the
 conditions' norms are its transformer pre-norms, its convolutions keep BatchNorm.
+
+``image_dir=DIR`` trains on an image folder (``DIR/train``, ``DIR/val``; streamed, center
+crops of ``image_size`` with RandAugment ``randaugment``) instead of the digits or CIFAR-10,
+and ``training="paper"`` with ``size="paper"`` is App. D.5's MaxViT-T training (``--paper``:
+:data:`~actlab.experiments.imagenet_paper.ACCUMULATION_STOP`); ``warmup`` is then checked
+against the run's steps when it starts.
 """
 
 from __future__ import annotations
@@ -26,9 +32,10 @@ from actlab.errors import ConfigError
 from actlab.experiments.accumulation_stop.claims import claims as summary_claims
 from actlab.experiments.accumulation_stop.figures import draw_figures
 from actlab.experiments.accumulation_stop.summary import build_summary
+from actlab.experiments.classifier_paper import ClassifierScale, classifier_settings
+from actlab.experiments.imagenet_paper import ACCUMULATION_STOP
 from actlab.nn.classifiers import CLASSIFIER_KINDS, TRANSFORMER_KINDS
 from actlab.recipes.image_classifier import (
-    adam_settings,
     check_cifar_dir,
     load_config_data,
     record_diverged,
@@ -42,7 +49,7 @@ from actlab.runner.experiment import (
     UnitResult,
     register,
 )
-from actlab.runner.fields import CheckedConfig, checked
+from actlab.runner.fields import checked
 from actlab.train.supervised import torch_threads
 from actlab.train.timing import StepClock, throughput
 
@@ -50,8 +57,9 @@ NORMS = ("layernorm", "batchnorm", "percentile", "percentile-frozen")
 
 
 @dataclass
-class AccumulationStopConfig(CheckedConfig):
-    """Models, norms, percentile, warm-up and training length."""
+class AccumulationStopConfig(ClassifierScale):
+    """Models, norms, percentile, warm-up and training length (``size``, ``training``,
+    ``max_steps``: :class:`~actlab.experiments.classifier_paper.ClassifierScale`)."""
 
     models: list[str] = checked(default_factory=lambda: ["mlp", "vit"], choices=CLASSIFIER_KINDS,
                                 nonempty=True)
@@ -64,14 +72,44 @@ class AccumulationStopConfig(CheckedConfig):
     cifar_dir: str = ""  # CIFAR-10 python files to use instead of digits
     cifar_limit: int = checked(0, ge=0)  # first N CIFAR training images (0: all)
     vit_lr: float = checked(3e-3, gt=0)
+    image_dir: str = ""  # an image folder (train/, val/) instead of digits or CIFAR-10
+    image_size: int = checked(224, ge=1)
+    randaugment: str = ""  # a timm RandAugment config for the image folder ("": none)
+    workers: int = checked(8, ge=1)
+    eval_images: int = checked(0, ge=0)  # validation images measured (0: all)
 
     def check(self) -> None:
-        """The CIFAR folder, LayerNorm as the baseline, warm-up shorter than training."""
+        """The data folders, LayerNorm as the baseline, warm-up shorter than training."""
         check_cifar_dir(self.cifar_dir)
+        if self.image_dir:
+            from actlab.data.image_stream import split_folders
+
+            try:
+                split_folders(self.image_dir)
+            except FileNotFoundError as exc:
+                raise ConfigError("image_dir", str(exc)) from None
+            if self.training == "paper" and self.models != ["maxvit"]:
+                raise ConfigError("models", f"the documents train maxvit alone on ImageNet, "
+                                            f"got {self.models}")
+        else:
+            self.check_paper_kinds(self.models)
         if "layernorm" not in self.norms:
             raise ConfigError("norms", f"must include layernorm (the baseline), got {self.norms}")
-        if not 0 < self.warmup < self.steps:
+        if self.training != "paper" and not 0 < self.warmup < self.steps:
             raise ConfigError("warmup", f"must be in (0, steps={self.steps}), got {self.warmup}")
+
+    def settings(self, kind: str, n_train: int) -> Any:
+        """The engine's settings of a model of ``kind`` on ``n_train`` training images."""
+        if self.image_dir and self.training == "paper":
+            from actlab.experiments.imagenet_paper import maxvit_settings
+
+            settings = maxvit_settings(self, n_train)
+        else:
+            settings = classifier_settings(self, kind, n_train)
+        if not 0 < self.warmup < settings.steps:
+            raise ConfigError("warmup", f"must be in (0, steps={settings.steps}), got "
+                                        f"{self.warmup}")
+        return settings
 
 
 def norm_spec(norm: str, q: float, warmup: int) -> str:
@@ -99,6 +137,7 @@ class AccumulationStop(Experiment):
     Config = AccumulationStopConfig
     quick = {"steps": 200, "warmup": 50}
     full = {"steps": 1500, "warmup": 300}
+    paper = ACCUMULATION_STOP
     default_seeds = 2
     seeds_per_unit = None
 
@@ -114,7 +153,13 @@ class AccumulationStop(Experiment):
         from actlab.train.supervised import evaluate, train
 
         result = UnitResult()
-        data = load_config_data(config)
+        streams = None
+        if config.image_dir:
+            from actlab.experiments.accumulation_stop.folder import image_data
+
+            data, streams = image_data(config, seeds[0])
+        else:
+            data = load_config_data(config)
         run = f"{unit['model']}/{unit['norm']}"
         spec = norm_spec(unit["norm"], config.q, config.warmup)
         # MLP: the norm before each activation; ViT and MaxViT: their transformer pre-norms
@@ -122,32 +167,69 @@ class AccumulationStop(Experiment):
         transformer = unit["model"] in TRANSFORMER_KINDS
         norm_args = {"norm": spec} if transformer else {"pre_norm": spec}
         activation = "gelu" if transformer else "relu"
-        settings = adam_settings(config, unit["model"])
+        settings = config.settings(unit["model"], len(data.x_train))
         with torch_threads(1):
             for seed in seeds:
-                model = build_classifier(unit["model"], data, activation, seed=seed, **norm_args)
+                model = build_classifier(unit["model"], data, activation, seed=seed,
+                                         size=config.size, **norm_args)
                 # thread CPU time on the CPU, CUDA events on CUDA (see actlab.train.timing)
                 clock = StepClock()
                 clock.stamp()
-                out = train(model, data.x_train, data.y_train, settings,
-                            generator=torch.Generator().manual_seed(seed),
-                            callbacks=[clock.callback()])
+                if streams is not None:
+                    from actlab.recipes.stream_classifier import train_on_stream
+
+                    out = train_on_stream(model, streams.train, settings,
+                                          callbacks=[clock.callback()], progress=ctx.progress)
+                else:
+                    out = train(model, data.x_train, data.y_train, settings,
+                                generator=torch.Generator().manual_seed(seed),
+                                callbacks=[clock.callback()])
                 if out.status != STATUS_OK:
                     record_diverged(result, out.status, run, seed, out.steps)
                     continue
                 times = clock.intervals()
                 warm, after = times[:config.warmup], times[config.warmup:]
                 rate, noise = throughput(after)
-                result.add(run, seed, config.steps, "", "steps_per_s_warmup", throughput(warm)[0])
-                result.add(run, seed, config.steps, "", "steps_per_s", rate)
-                result.add(run, seed, config.steps, "", "steps_per_s_noise", noise)
-                result.add(run, seed, config.steps, "", "accuracy",
-                           evaluate(model, data.x_test, data.y_test)["accuracy"])
+                steps = settings.steps
+                result.add(run, seed, steps, "", "steps_per_s_warmup", throughput(warm)[0])
+                result.add(run, seed, steps, "", "steps_per_s", rate)
+                result.add(run, seed, steps, "", "steps_per_s_noise", noise)
+                if streams is not None:
+                    from actlab.recipes.stream_classifier import evaluate_stream
+
+                    accuracy = evaluate_stream(model, streams.val,
+                                               limit=config.eval_images or None)["accuracy"]
+                else:
+                    accuracy = evaluate(model, data.x_test, data.y_test)["accuracy"]
+                result.add(run, seed, steps, "", "accuracy", accuracy)
                 pcs = norm_modules(model)
                 if pcs:
-                    result.add(run, seed, config.steps, "", "stat_computations",
+                    result.add(run, seed, steps, "", "stat_computations",
                                float(np.mean([m.stats_computed for m in pcs])))
+        if streams is not None:
+            streams.close()
         return result
+
+    def workloads(self, config: AccumulationStopConfig, unit: dict[str, Any]) -> list:
+        """What one seed of a (model, norm) unit trains (``actlab plan``), with its test
+        evaluation."""
+        from actlab.experiments.classifier_paper import cifar_shape
+        from actlab.experiments.imagenet_paper import folder_shape, image_workload
+        from actlab.nn.classifiers import build_classifier
+
+        data = folder_shape(config.image_dir, config.image_size) if config.image_dir \
+            else cifar_shape(config)
+        n_test = getattr(data, "n_val", getattr(data, "n_test", 0))
+        transformer = unit["model"] in TRANSFORMER_KINDS
+        spec = norm_spec(unit["norm"], config.q, config.warmup)
+        norm_args = {"norm": spec} if transformer else {"pre_norm": spec}
+        settings = config.settings(unit["model"], data.n_train)
+        return [image_workload(
+            f"{unit['model']} ({config.size}, {unit['norm']})",
+            lambda: build_classifier(unit["model"], data, "gelu" if transformer else "relu",
+                                     size=config.size, **norm_args),
+            data.image_shape, settings.steps, settings.batch_size, settings.optimizer,
+            min(config.eval_images or n_test, n_test))]
 
     def summarize(self, config: AccumulationStopConfig, table: pd.DataFrame,
                   results: list[dict[str, Any]], ctx: RunContext) -> dict:

@@ -15,13 +15,20 @@ seed, so runs are paired):
   through the stack so that the drift nearly vanishes (shown beside ``main``);
 * ``skip``: the MLP with skip connections, trained with Adam (lr 1e-3) as in the paper's
   App. B.1.3 (with He init the residual sum grows with depth and SGD diverges);
-* ``digits``: real images, cross-entropy, Adam (lr 1e-3, as the paper's App. D.2);
+* ``digits``: real images, cross-entropy, Adam (lr 1e-3, as the paper's App. D.2): the
+  digits, or CIFAR-10 when ``cifar_dir`` is set (``real_hidden`` > 0: that width instead of
+  ``hidden``, ``digits_weight_decay``: Adam's weight decay);
 * ``sweep``: SGD / SGD+momentum / Adam at two learning rates each (relu, gelu).
 
 The weight layers are ``layer1`` (input projection, sees the data) .. ``layer6`` (hidden)
 and ``layer7`` (output head). ``mean_shift_later_layers`` averages the hidden layers 2..6:
 the paper's argument concerns layers whose output passes an activation, which the head's
 does not (its shift is reported separately as ``mean_shift_output_layer``).
+
+``epochs`` > 0 trains every condition for that many passes over its data (``n // batch_size``
+steps a pass) instead of ``steps`` updates. ``--paper`` is App. D.2's setting
+(:data:`~actlab.experiments.classifier_paper.DRIFT`): random data at width 128 with SGD and
+CIFAR-10 at width 1024 with Adam, 5 epochs each, 5 runs.
 """
 
 from __future__ import annotations
@@ -32,10 +39,12 @@ from typing import Any
 import pandas as pd
 from torch import Tensor
 
+from actlab.experiments.classifier_paper import DRIFT, epoch_steps
 from actlab.experiments.drift.claims import claims as drift_claims
 from actlab.experiments.drift.figures import draw_figures
 from actlab.experiments.drift.summary import DriftRun, build_summary, parse_sweep_item, run_name
 from actlab.recipes.drift_mlp import DriftMLP, train_drift_mlp
+from actlab.recipes.image_classifier import check_cifar_dir
 from actlab.runner.experiment import (
     STATUS_DIVERGED,
     Claim,
@@ -85,11 +94,23 @@ class DriftConfig(CheckedConfig):
     record_every: int = checked(100, ge=1)
     loss_every: int = checked(10, ge=1)
     threads: int = checked(1, ge=1)
+    epochs: float = checked(0.0, ge=0)  # > 0: passes over each condition's data, not steps
+    cifar_dir: str = ""  # CIFAR-10 python files: the real-data condition reads them
+    cifar_limit: int = checked(0, ge=0)  # first N CIFAR training images (0: all)
+    real_hidden: int = checked(0, ge=0)  # > 0: the real-data condition's width
+    digits_weight_decay: float = checked(0.0, ge=0)
 
     def check(self) -> None:
-        """Every sweep item must read as ``optimizer:lr``."""
+        """Every sweep item must read as ``optimizer:lr``; the CIFAR folder must hold it."""
         for item in self.sweep:
             parse_sweep_item(item)
+        check_cifar_dir(self.cifar_dir)
+
+    def unit_steps(self, n_train: int) -> int:
+        """Updates of a condition whose data has ``n_train`` examples."""
+        if not self.epochs:
+            return self.steps
+        return max(1, round(self.epochs * epoch_steps(n_train, self.batch_size)))
 
 
 def unit_data(unit: dict[str, Any], config: DriftConfig,
@@ -99,7 +120,10 @@ def unit_data(unit: dict[str, Any], config: DriftConfig,
     from actlab.data.random_pairs import random_pairs
 
     if unit["data"] == "digits":
-        data = load_digits()
+        from actlab.data.images import load_image_data
+
+        data = load_image_data(config.cifar_dir, config.cifar_limit or None) \
+            if config.cifar_dir else load_digits()
         return (data.x_train.flatten(1), data.y_train, data.x_test.flatten(1), data.y_test,
                 data.in_features, data.num_classes, "cross_entropy")
     x, y = random_pairs(config.n_random, config.in_dim, config.out_dim, seed=seed)
@@ -120,6 +144,7 @@ class Drift(Experiment):
              "sweep": ["sgd:0.01", "sgd:0.05", "momentum:0.01", "adam:0.001"],
              "sweep_activations": ["relu"]}
     full = {"steps": 4000, "record_every": 100}
+    paper = DRIFT
     default_seeds = 3
     seeds_per_unit = 1
 
@@ -158,12 +183,16 @@ class Drift(Experiment):
         with torch_threads(config.threads):
             for seed in seeds:
                 x, y, x_eval, y_eval, in_dim, out_dim, loss = unit_data(unit, config, seed)
-                spec = DriftMLP(in_dim, out_dim, hidden=config.hidden, depth=config.depth,
+                real = unit["data"] == "digits"
+                hidden = config.real_hidden if real and config.real_hidden else config.hidden
+                spec = DriftMLP(in_dim, out_dim, hidden=hidden, depth=config.depth,
                                 activation=unit["activation"], skip=unit["skip"],
                                 init=unit["init"])
                 settings = TrainSettings(optimizer=unit["optimizer"], lr=unit["lr"],
-                                         steps=config.steps, batch_size=config.batch_size,
-                                         loss=loss)
+                                         steps=config.unit_steps(len(x)),
+                                         batch_size=config.batch_size, loss=loss,
+                                         weight_decay=config.digits_weight_decay if real
+                                         else 0.0)
                 record = train_drift_mlp(x, y, spec, settings, seed=seed,
                                          record_every=config.record_every,
                                          loss_every=config.loss_every, x_eval=x_eval,
@@ -173,6 +202,36 @@ class Drift(Experiment):
                 if record.status == STATUS_DIVERGED:
                     result.status = STATUS_DIVERGED
         return result
+
+    def workloads(self, config: DriftConfig, unit: dict[str, Any]) -> list:
+        """What one seed of a unit trains (``actlab plan``): the MLP, its probe's forward
+        passes not priced."""
+        from torch import empty
+
+        from actlab.experiments.classifier_paper import cifar_shape
+        from actlab.runner.cost import Workload
+
+        real = unit["data"] == "digits"
+        if real:
+            data = cifar_shape(config)
+            in_dim, out_dim, n_train, n_eval = (data.in_features, data.num_classes,
+                                                data.n_train, data.n_test)
+        else:
+            in_dim, out_dim, n_train, n_eval = config.in_dim, config.out_dim, config.n_random, 2048
+        hidden = config.real_hidden if real and config.real_hidden else config.hidden
+        spec = DriftMLP(in_dim, out_dim, hidden=hidden, depth=config.depth,
+                        activation=unit["activation"], skip=unit["skip"], init="torch-default")
+
+        def build() -> Any:
+            from actlab.nn.mlp import MLP
+
+            return MLP(in_dim, out_dim, hidden=spec.hidden, depth=spec.depth,
+                       activation=spec.activation, skip=spec.skip)
+
+        return [Workload(f"mlp {in_dim}-{hidden}x{config.depth}", build,
+                         lambda n: (empty(n, in_dim),), config.unit_steps(n_train),
+                         config.batch_size, unit["optimizer"], eval_samples=2 * n_eval,
+                         sample="example")]
 
     def summarize(self, config: DriftConfig, table: pd.DataFrame, results: list[dict[str, Any]],
                   ctx: RunContext) -> dict:

@@ -18,13 +18,18 @@ from typing import Any
 import pandas as pd
 import torch
 
+from actlab.experiments.classifier_paper import (
+    RELUFICATION,
+    ClassifierScale,
+    classifier_settings,
+    classifier_workloads,
+)
 from actlab.experiments.relufication.claims import claims as summary_claims
 from actlab.experiments.relufication.figures import draw_figures
 from actlab.experiments.relufication.summary import build_summary
 from actlab.nn.classifiers import MODEL_KINDS
 from actlab.recipes.image_classifier import (
     activation_statistics,
-    adam_settings,
     check_cifar_dir,
     fit_and_measure,
     load_config_data,
@@ -39,14 +44,15 @@ from actlab.runner.experiment import (
     UnitResult,
     register,
 )
-from actlab.runner.fields import CheckedConfig, checked
+from actlab.runner.fields import checked
 from actlab.train.settings import TrainSettings
 from actlab.train.supervised import evaluate, torch_threads, train
 
 
 @dataclass
-class ReluficationConfig(CheckedConfig):
-    """Models and training of the ReLUfication study."""
+class ReluficationConfig(ClassifierScale):
+    """Models and training of the ReLUfication study (``size``, ``training`` and
+    ``max_steps``: :class:`~actlab.experiments.classifier_paper.ClassifierScale`)."""
 
     models: list[str] = checked(default_factory=lambda: list(MODEL_KINDS), choices=MODEL_KINDS,
                                 nonempty=True)
@@ -61,8 +67,10 @@ class ReluficationConfig(CheckedConfig):
     threads: int = checked(1, ge=1)
 
     def check(self) -> None:
-        """The CIFAR folder, when one is given, must hold CIFAR-10."""
+        """The CIFAR folder, when one is given, must hold CIFAR-10; a paper training for
+        every model under ``training="paper"``."""
         check_cifar_dir(self.cifar_dir)
+        self.check_paper_kinds(self.models)
 
 
 @register
@@ -76,6 +84,7 @@ class Relufication(Experiment):
     Config = ReluficationConfig
     quick = {"steps": 200}
     full = {"steps": 1500}
+    paper = RELUFICATION
     default_seeds = 2
     seeds_per_unit = None
 
@@ -92,7 +101,7 @@ class Relufication(Experiment):
         result = UnitResult()
         data = load_config_data(config)
         run = unit["model"]
-        settings = adam_settings(config, unit["model"])
+        settings = classifier_settings(config, unit["model"], len(data.x_train))
         epoch = math.ceil(len(data.x_train) / config.batch_size)
         finetune = TrainSettings(optimizer="adam", lr=config.finetune_lr, batch_size=config.batch_size,
                                  steps=max(1, config.finetune_epochs * epoch))
@@ -105,23 +114,35 @@ class Relufication(Experiment):
 
         with torch_threads(config.threads):
             for seed in seeds:
-                model = build_classifier(unit["model"], data, "gelu", seed=seed)
+                model = build_classifier(unit["model"], data, "gelu", seed=seed,
+                                         size=config.size)
                 out = fit_and_measure(model, data, settings, seed=seed, progress=ctx.progress)
                 if out.status != STATUS_OK:
                     record_diverged(result, out.status, run, seed, out.steps, "before")
                     continue
-                measure(model, "before", seed, config.steps)
+                trained = settings.steps  # config.steps unless the paper's epochs set them
+                measure(model, "before", seed, trained)
                 replaced = actlab.patch_(model, "relu")
-                result.add(run, seed, config.steps, "swapped", "sites_replaced", len(replaced))
-                measure(model, "swapped", seed, config.steps)
+                result.add(run, seed, trained, "swapped", "sites_replaced", len(replaced))
+                measure(model, "swapped", seed, trained)
                 tuned = train(model, data.x_train, data.y_train, finetune,
                               generator=torch.Generator().manual_seed(seed + 1))
                 if tuned.status != STATUS_OK:
-                    record_diverged(result, tuned.status, run, seed, config.steps + tuned.steps,
+                    record_diverged(result, tuned.status, run, seed, trained + tuned.steps,
                                     "after")
                     continue
-                measure(model, "after", seed, config.steps + tuned.steps)
+                measure(model, "after", seed, trained + tuned.steps)
         return result
+
+    def workloads(self, config: ReluficationConfig, unit: dict[str, Any]) -> list:
+        """What one seed of a model trains (``actlab plan``): its training and the fine-tuning
+        epochs after the swap (measurements priced as two passes over the test set)."""
+        from actlab.experiments.classifier_paper import cifar_shape
+
+        n_train = cifar_shape(config).n_train
+        epoch = math.ceil(n_train / config.batch_size)
+        return classifier_workloads(config, unit["model"], {"activation": "gelu"},
+                                    extra_steps=max(1, config.finetune_epochs * epoch))
 
     def summarize(self, config: ReluficationConfig, table: pd.DataFrame,
                   results: list[dict[str, Any]], ctx: RunContext) -> dict:

@@ -22,13 +22,18 @@ from typing import Any
 import pandas as pd
 
 from actlab.errors import ConfigError, config_check
+from actlab.experiments.classifier_paper import (
+    SPARSE_ACTIVATIONS,
+    ClassifierScale,
+    classifier_settings,
+    classifier_workloads,
+)
 from actlab.experiments.sparse_activations.claims import claims as summary_claims
 from actlab.experiments.sparse_activations.figures import draw_figures
 from actlab.experiments.sparse_activations.summary import CLASSIFIER_METRICS, build_summary
 from actlab.nn.classifiers import CLASSIFIER_KINDS, TRANSFORMER_KINDS
 from actlab.recipes.gpt_cell import GPTCellFields, run_gpt_cell
 from actlab.recipes.image_classifier import (
-    adam_settings,
     check_cifar_dir,
     fit_and_measure,
     load_config_data,
@@ -79,8 +84,9 @@ def setup_model_args(setup: str) -> dict[str, Any]:
 
 
 @dataclass
-class SparseActivationsConfig(GPTCellFields):
-    """Activations, model/norm setups and training."""
+class SparseActivationsConfig(GPTCellFields, ClassifierScale):
+    """Activations, model/norm setups and training (``size``, ``training`` and ``max_steps``:
+    :class:`~actlab.experiments.classifier_paper.ClassifierScale`)."""
 
     activations: list[str] = checked(default_factory=lambda: list(ACTIVATIONS), spec="activation",
                                      nonempty=True)
@@ -97,10 +103,14 @@ class SparseActivationsConfig(GPTCellFields):
     def check(self) -> None:
         """The CIFAR folder, every setup's model and norm, and the GPT column's scale."""
         check_cifar_dir(self.cifar_dir)
+        kinds = []
         for setup in self.setups:
             model, norm = parse_setup(setup)
             if model == GPT:
                 self.lm_scale(norm)
+            else:
+                kinds.append(model)
+        self.check_paper_kinds(kinds)
 
 
 @register
@@ -118,6 +128,7 @@ class SparseActivations(Experiment):
              "gpt_steps": 60, "gpt_n_layer": 1, "gpt_n_embd": 32, "gpt_block_size": 32,
              "gpt_batch_size": 8, "gpt_probe_batches": 2}
     full = {"steps": 1500}
+    paper = SPARSE_ACTIVATIONS
     default_seeds = 2
     seeds_per_unit = None  # all seeds of a cell in one unit
 
@@ -137,11 +148,11 @@ class SparseActivations(Experiment):
             return run_gpt_cell(config.lm_scale(norm), run, seeds, ctx,
                                 activation=unit["activation"])
         data = load_config_data(config)
-        settings = adam_settings(config, model_kind)
+        settings = classifier_settings(config, model_kind, len(data.x_train))
         with torch_threads(config.threads):
             for seed in seeds:
                 model = build_classifier(model_kind, data, unit["activation"], seed=seed,
-                                         **setup_model_args(unit["setup"]))
+                                         size=config.size, **setup_model_args(unit["setup"]))
                 out = fit_and_measure(model, data, settings, seed=seed, progress=ctx.progress)
                 if out.status != STATUS_OK:
                     record_diverged(result, out.status, run, seed, out.steps)
@@ -149,6 +160,16 @@ class SparseActivations(Experiment):
                 for metric in CLASSIFIER_METRICS:
                     result.add(run, seed, out.steps, "", metric, getattr(out, metric))
         return result
+
+    def workloads(self, config: SparseActivationsConfig, unit: dict[str, Any]) -> list:
+        """What one seed of a cell trains (``actlab plan``)."""
+        model_kind, norm = parse_setup(unit["setup"])
+        if model_kind == GPT:
+            from actlab.experiments.lm_paper import gpt_workloads
+
+            return gpt_workloads(config.lm_scale(norm), activation=unit["activation"])
+        return classifier_workloads(config, model_kind, {"activation": unit["activation"],
+                                                         **setup_model_args(unit["setup"])})
 
     def summarize(self, config: SparseActivationsConfig, table: pd.DataFrame,
                   results: list[dict[str, Any]], ctx: RunContext) -> dict:

@@ -42,6 +42,12 @@ from typing import Any
 import pandas as pd
 
 from actlab.errors import ConfigError
+from actlab.experiments.classifier_paper import (
+    SPARSITY,
+    ClassifierScale,
+    classifier_settings,
+    classifier_workloads,
+)
 from actlab.experiments.sparsity.claims import GPT
 from actlab.experiments.sparsity.claims import claims as summary_claims
 from actlab.experiments.sparsity.figures import draw_figures
@@ -49,7 +55,6 @@ from actlab.experiments.sparsity.summary import build_summary
 from actlab.nn.classifiers import MODEL_KINDS
 from actlab.recipes.gpt_cell import GPTCellFields, run_gpt_cell
 from actlab.recipes.image_classifier import (
-    adam_settings,
     check_cifar_dir,
     fit_and_measure,
     load_config_data,
@@ -71,8 +76,9 @@ MODELS = (*MODEL_KINDS, GPT)
 
 
 @dataclass
-class SparsityConfig(GPTCellFields):
-    """Models, levels and training of the sparsity sweep."""
+class SparsityConfig(GPTCellFields, ClassifierScale):
+    """Models, levels and training of the sparsity sweep (``size``, ``training`` and
+    ``max_steps``: :class:`~actlab.experiments.classifier_paper.ClassifierScale`)."""
 
     models: list[str] = checked(default_factory=lambda: list(MODELS), choices=MODELS,
                                 nonempty=True)
@@ -102,6 +108,7 @@ class SparsityConfig(GPTCellFields):
         """The CIFAR folder, enough points in all to fit the cliff, a warm-up within training,
         the GPT rows' scale."""
         check_cifar_dir(self.cifar_dir)
+        self.check_paper_kinds([m for m in self.models if m != GPT])
         classifiers = [m for m in self.frozen_models if m != GPT]
         if classifiers and self.topk_freeze_after >= self.steps:
             raise ConfigError("topk_freeze_after", f"must be below steps={self.steps}, got "
@@ -168,6 +175,7 @@ class Sparsity(Experiment):
              "gpt_block_size": 32, "gpt_batch_size": 8, "gpt_probe_batches": 2,
              "gpt_percentile_levels": [0.11, 0.77, 0.9], "gpt_topk_levels": [0.5, 0.1]}
     full = {"steps": 1500, "topk_freeze_after": 300}
+    paper = SPARSITY
     default_seeds = 1
     seeds_per_unit = 1
 
@@ -199,10 +207,10 @@ class Sparsity(Experiment):
                                                  config.topk_freeze_after))
         result = UnitResult()
         data = load_config_data(config)
-        settings = adam_settings(config, unit["model"])
+        settings = classifier_settings(config, unit["model"], len(data.x_train), topk=True)
         with torch_threads(config.threads):
             for seed in seeds:
-                model = build_classifier(unit["model"], data, seed=seed,
+                model = build_classifier(unit["model"], data, seed=seed, size=config.size,
                                          **point_model_args(unit["method"], unit["level"],
                                                             config.topk_freeze_after))
                 kept = record_kept_fraction(model) if unit["method"] == "topk-frozen" else []
@@ -216,6 +224,16 @@ class Sparsity(Experiment):
                     result.add(run, seed, out.steps, "", metric if metric != "final_loss"
                                else "train_loss", getattr(out, metric))
         return result
+
+    def workloads(self, config: SparsityConfig, unit: dict[str, Any]) -> list:
+        """What one seed of a point trains (``actlab plan``)."""
+        if unit["model"] == GPT:  # the FFN's Percentile Centering adds no priced FLOPs
+            from actlab.experiments.lm_paper import gpt_workloads
+
+            args = gpt_point_args(unit["method"], unit["level"], config.topk_freeze_after)
+            return gpt_workloads(config.lm_scale(), activation=args["activation"])
+        return classifier_workloads(config, unit["model"], point_model_args(
+            unit["method"], unit["level"], config.topk_freeze_after), topk=True)
 
     def summarize(self, config: SparsityConfig, table: pd.DataFrame, results: list[dict[str, Any]],
                   ctx: RunContext) -> dict:

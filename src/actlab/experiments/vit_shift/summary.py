@@ -66,7 +66,9 @@ def build_summary(config: ViTShiftConfig, table: pd.DataFrame,
         residual = analysis.paired_residual(table, metric, PREFIX)
         if residual.empty:
             continue
-        step = analysis.early_step(list(residual.index), config.steps, EARLY_FRACTION)
+        # with epochs the run's length comes from its data: the last checkpoint
+        total = int(max(residual.index)) if config.epochs else config.steps
+        step = analysis.early_step(list(residual.index), total, EARLY_FRACTION)
         summary["early_step"] = step
         summary[f"{key}_residual_final"] = analysis.finite_mean(residual.iloc[-1])
         summary[f"{key}_residual_early"] = analysis.finite_mean(residual.loc[step])
