@@ -351,7 +351,7 @@ def time_conditions(conditions: dict, loss_fn: Callable, rounds: int) -> dict[st
             steps[cond] += 1
         return time.process_time() - start
 
-    for cond in conditions:  # warm-up: compiles both graphs (a recorded and an unrecorded step)
+    for cond in conditions:  # warm-up: compiles, and runs recorded and unrecorded steps
         run(cond, 10)
     times: dict[str, list[float]] = {cond: [] for cond in conditions}
     for r in range(rounds):

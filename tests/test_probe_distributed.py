@@ -56,12 +56,17 @@ def _probe(model: nn.Module) -> Probe:
                  hist_range=(-2.0, 2.0))
 
 
-def _train(model: nn.Module, probe: Probe, batches: list, on_step=None) -> None:
+def _train(model: nn.Module, probe: Probe, batches: list, on_step=None,
+           zero_grad_first: bool = False) -> None:
+    """SGD steps; ``zero_grad_first`` clears the gradients right after the update, before
+    ``probe.step()`` (the order of the probe's first example), instead of at the next step."""
     opt = torch.optim.SGD(model.parameters(), lr=0.2)
     for x, y in batches:
         opt.zero_grad()
         nn.functional.mse_loss(model(x), y).backward()
         opt.step()
+        if zero_grad_first:
+            opt.zero_grad()
         if on_step is None:
             probe.step()
         else:
@@ -74,6 +79,8 @@ def _worker(rank: int, mode: str, init: str, out: str) -> None:
     dist.init_process_group("gloo", init_method=init, rank=rank, world_size=WORLD)
     try:
         model = _model()
+        zero_grad_first = mode.endswith("-zero-grad-first")
+        mode = mode.removesuffix("-zero-grad-first")
         if mode == "ddp":
             model = nn.parallel.DistributedDataParallel(model)
         else:
@@ -110,7 +117,7 @@ def _worker(rank: int, mode: str, init: str, out: str) -> None:
                     setattr(dist, name, fn)
             counts.append(calls[0])
 
-        _train(model, probe, mine, counted_step)
+        _train(model, probe, mine, counted_step, zero_grad_first)
         probe.close()
         refused = ""
         try:
@@ -177,12 +184,16 @@ def _assert_same(got: pd.DataFrame, want: pd.DataFrame, keys: list[str], value: 
     assert not bad.any(), merged.loc[bad, keys + [f"{value}_want", f"{value}_got"]]
 
 
-@pytest.mark.parametrize("mode", ["ddp", "fsdp2"])
+@pytest.mark.parametrize("mode", ["ddp", "fsdp2", "ddp-zero-grad-first",
+                                  "fsdp2-zero-grad-first"])
 def test_two_ranks_equal_one_process_on_the_global_batch(mode, tmp_path, reference) -> None:
+    """Also when the loop clears the gradients before ``probe.step()``: the probe reads the
+    reduced gradients at the end of each backward pass, not in ``step()``."""
     got = _run(mode, tmp_path)
     want = reference["table"]
     # every metric of every layer: sites, blocks, inputs and all five weights
     assert set(want["metric"]) == set(available_metrics())
+    assert {"grad_norm", "grad_mean"} <= set(got["table"]["metric"])
     assert {"0", "2", "4", "6", "8", "1", "3", "5", "7"} <= set(want["layer"])
     assert sorted(set(want["step"])) == list(range(STEPS + 1))
     # the largest activation sits in either rank's half of the batch on some step, so the

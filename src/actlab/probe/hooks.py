@@ -1,11 +1,14 @@
 """The probe's hooks: where each pass of a recorded step is observed.
 
 :class:`ProbeHooks` is mixed into :class:`~actlab.probe.probe.Probe` and works on the state
-``Probe.__init__`` sets up. It holds the eight hook factories (site, tap, in-place pre/post,
-carrier, block, input, weight gradient), their attachment and removal, and the compiled side:
-on a model holding ``torch.compile`` wrappers the hooks hand each pass over in one attribute
-write and :meth:`ProbeHooks._harvest`, run eagerly after every compiled call, files it; a
-site's backward statistics travel through its carrier (:mod:`actlab.probe.compiled`).
+``Probe.__init__`` sets up. It holds the hook factories (site, tap, in-place pre/post,
+carrier, block, input, the eager point after a forward call), their attachment (once, for the
+probe's life) and removal, and both paths of every hook: run eagerly, a hook files its pass
+when the step is recorded; traced by ``torch.compile``, it computes the statistics under the
+probe's device-side flag and hands them over in one attribute write, which
+:meth:`ProbeHooks._harvest` files eagerly after the call; a site's backward statistics travel
+through its carrier (:mod:`actlab.probe.compiled`). The weight-gradient hooks are in
+:mod:`actlab.probe.grads`.
 
 The places the hooks write to are :class:`_Where` (a site, block or module input) and
 :class:`_Weight` (a tracked weight); each keeps the passes of the running step until
@@ -14,6 +17,7 @@ The places the hooks write to are :class:`_Where` (a site, block or module input
 
 from __future__ import annotations
 
+import sys
 import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -25,8 +29,19 @@ from torch import nn
 from actlab.layout import is_dense as _is_dense
 from actlab.probe import metrics as M
 from actlab.probe.collectors import Collector
-from actlab.probe.collectors.builtin import ActivationBackward
-from actlab.probe.compiled import TAP_SLOTS, GradTap, new_carrier
+from actlab.probe.compiled import (
+    TAP_SLOTS,
+    GradTap,
+    ensure_guards,
+    find_compiled,
+    gated,
+    guard_on_hooks,
+    native_frame,
+    new_carrier,
+    outside_dynamo,
+    release_hooks,
+    wrappers_around,
+)
 
 _CONV = (nn.Conv1d, nn.Conv2d, nn.Conv3d)
 
@@ -56,6 +71,12 @@ def _first_tensor(value: Any) -> torch.Tensor | None:
 # One collector's passes in the running step: (device raw, host metadata) per pass.
 _Passes = dict[Collector, list[tuple[torch.Tensor, Any]]]
 
+# State that changes within one call lives in dicts and lists, never in attributes: dynamo
+# (2.13) drops the attribute writes made after a torch.cond to an object whose attributes
+# were written before it, and reads back the old values, while it keeps every write to a
+# dict or list. Each starts every call empty (Probe._harvest clears it), so the guards a
+# graph takes on it hold from call to call.
+
 
 @dataclass(eq=False)
 class _Where:
@@ -67,18 +88,23 @@ class _Where:
     eps: float = 1e-7
     tol: float = 0.01
     scratch: Callable[[int, torch.Tensor], torch.Tensor] | None = None
-    after_conv: bool = False  # the last weight layer run before this site was a convolution
     passes: _Passes = field(default_factory=dict)
     hist: torch.Tensor | None = None
-    pending: torch.Tensor | None = None  # input of an in-place site, read before the call
+    # this call: "after_conv" (the last weight layer run before the site was a convolution),
+    # "pending" (input of an in-place site, read before the call), "calls" (compiled passes)
+    state: dict[str, Any] = field(default_factory=dict)
     # passes of a compiled call, (collector or None for histograms, raw, meta), filed by
     # Probe._harvest after the call
-    out: list[tuple[Collector | None, torch.Tensor, Any]] | None = None
+    out: list[tuple[Collector | None, torch.Tensor, Any]] = field(default_factory=list)
     grad_scale: float = 1.0  # 1 / world size: each rank's loss is its own mean
     global_batch: bool = False  # under a process group: unmergeable statistics keep the data
-    # compiled models: the leaf whose gradient receives GradTap's rows, and this call's passes
+    # compiled models: the leaf whose gradient receives GradTap's rows
     carrier: torch.Tensor | None = None
-    calls: int = 0
+
+    @property
+    def after_conv(self) -> bool:
+        """The last weight layer run before this pass of the site was a convolution."""
+        return self.state.get("after_conv", False)
 
 
 @dataclass(eq=False)
@@ -95,10 +121,17 @@ class _Weight:
 
 
 class ProbeHooks:
-    """The hook machinery of :class:`~actlab.probe.probe.Probe` (eager and compiled)."""
+    """The hook machinery of :class:`~actlab.probe.probe.Probe` (eager and traced)."""
 
     def _attach(self) -> None:
+        """Register every hook, for the probe's whole life (:meth:`_detach` removes them).
+
+        They stay whether or not the step is recorded: a model compiled now or later traces
+        the hooks it holds when it compiles, and hooks that came and went would either be
+        missing from its graph or recompile it at every switch.
+        """
         add = self._handles.append
+        guard_on_hooks()
         if self._want_fwd or self._want_bwd or self._outgrad_collectors or \
                 self.hist_bins is not None:
             for site in self.sites:
@@ -107,16 +140,15 @@ class ProbeHooks:
                     add(site.module.register_forward_pre_hook(self._make_pre_hook(site)))
                     add(site.module.register_forward_hook(self._make_post_hook(site)))
                 else:
-                    if self._persistent and self._want_bwd:
+                    if self._want_bwd:
                         add(site.module.register_forward_pre_hook(self._make_tap_hook(site)))
                     add(site.module.register_forward_hook(self._make_site_hook(site)))
-                if self._persistent and self._want_bwd:
+                if self._want_bwd:
                     add(self._carrier(site).register_hook(self._make_carrier_hook(site)))
             if self._want_cov:
-                dense = (self._feeders.values() if self._feeders_known
-                         else [m for m in self.model.modules() if _is_dense(m)])
-                for module in dense:
-                    add(module.register_forward_hook(self._linear_hook))
+                for module in self.model.modules():
+                    if _is_dense(module):
+                        add(module.register_forward_hook(self._linear_hook))
             if self._want_kind:
                 for module in self.model.modules():
                     if _is_weight_layer(module):
@@ -127,66 +159,110 @@ class ProbeHooks:
         if self._want_inputs:
             for where in self.inputs:
                 add(where.module.register_forward_hook(self._make_input_hook(where)))
-        # Under a process group a hook would read the local gradient before its reduction;
-        # step() / capture_grads() read the reduced one and would discard the hook's record.
-        if self._want_wgrad and not self.distributed:
-            for weight in self.weights:
-                if weight.param.requires_grad:
-                    add(weight.param.register_post_accumulate_grad_hook(self._make_grad_hook(weight)))
-        for wrapper in self._compiled:  # eager, after each compiled call
-            add(wrapper.register_forward_hook(self._harvest))
-        self._attached = True
+        self._attach_grad_hooks()
+        self._hook_after_calls(self.model, *find_compiled(self.model))
+        self._dynamo_loaded()
+
+    def _hook_after_calls(self, *modules: nn.Module) -> None:
+        """Eager points after each call of ``modules``: compiled wrappers (their hooks run
+        outside the graph) and the model itself (eager when it runs eagerly)."""
+        for module in modules:
+            if id(module) not in self._after_hooked:
+                self._after_hooked.add(id(module))
+                self._handles.append(module.register_forward_hook(self._after_forward))
 
     def _detach(self) -> None:
+        if self._handles:
+            release_hooks()
         for handle in self._handles:
             handle.remove()
         self._handles.clear()
-        self._last_linear = None
+        self._after_hooked.clear()
+        self._now.clear()
         # the scratch buffers stay (freed by close()): a fresh activation-sized buffer at every
         # recorded step would cost its page faults again
-        self._attached = False
+
+    def _off(self) -> bool:
+        """Whether a hook has nothing to do: the probe is paused, or, run eagerly, the step
+        is not recorded. A traced hook never reads the recording state (it would become a
+        guard, and its change a recompile): the device-side flag decides in the graph."""
+        return self._paused or (not torch.compiler.is_compiling() and not self._recording)
+
+    @native_frame
+    def _after_forward(self, module: nn.Module, inputs: tuple, output: Any) -> None:
+        """After a call of the probed model or a compiled wrapper in it: file what traced
+        hooks handed over, and arrange for the weight gradients at the end of the backward."""
+        if torch.compiler.is_compiling():  # inlined into a graph (a compiled nn.Sequential)
+            return
+        self._after_call(output)
+
+    def _file_after_call(self, output: Any) -> None:
+        """What :meth:`_after_forward` does, eagerly (:meth:`_dynamo_loaded` keeps dynamo
+        out of it)."""
+        self._harvest()
+        self._watch_backward(output)
+
+    def _dynamo_loaded(self) -> None:
+        """Once dynamo is imported: guard graphs on hooks, and keep it out of the filing."""
+        ensure_guards()
+        if self._after_call == self._file_after_call and "torch._dynamo" in sys.modules:
+            self._after_call = outside_dynamo(self._file_after_call)
 
     def _linear_hook(self, module: nn.Module, inputs: tuple, output: Any) -> None:
-        if not self._paused and inputs and isinstance(output, torch.Tensor):
-            self._last_linear = (output, inputs[0], module)
+        if not self._off() and inputs and isinstance(output, torch.Tensor):
+            self._now["last_linear"] = (output, inputs[0])
 
     def _kind_hook(self, module: nn.Module, inputs: tuple, output: Any) -> None:
-        self._last_conv = isinstance(module, _CONV)
+        self._now["last_conv"] = isinstance(module, _CONV)
 
-    def _feeding_rows(self, p: torch.Tensor) -> tuple[torch.Tensor | None, int]:
-        """Row sums of the input of the Linear whose output *is* ``p`` (same tensor object)."""
-        self._saw_site = True  # a backward-tracked site pass happened: feeders can be learned
-        last = self._last_linear
+    def _feeding_input(self, p: torch.Tensor) -> torch.Tensor | None:
+        """The input of the Linear whose output *is* ``p`` (same tensor object), if any."""
+        last = self._now.get("last_linear")
         if not self._want_cov or last is None or last[0] is not p:
-            return None, 0
-        x = last[1]
-        if not self._persistent:  # learned to hook only the feeders from the next step on
-            self._feeders[id(last[2])] = last[2]
-        else:  # consumed: the graph need not hand the tensors out
-            self._last_linear = None
-        return M.input_row_sums(x), x.shape[-1]
+            return None
+        if torch.compiler.is_compiling():  # consumed: the graph need not hand the tensors out
+            del self._now["last_linear"]
+        return last[1]
 
     def _observe_into(self, where: _Where, collectors: list[Collector], *tensors: Any) -> None:
-        if self._persistent:
-            self._hand_over(where, [(c, *c.observe(where, *tensors)) for c in collectors])
+        if not torch.compiler.is_compiling():
+            for collector in collectors:
+                where.passes.setdefault(collector, []).append(collector.observe(where, *tensors))
             return
-        for collector in collectors:
-            where.passes.setdefault(collector, []).append(collector.observe(where, *tensors))
+        # host metadata (element counts) and the shapes of the statistics, whose values
+        # nothing uses (the compiler drops them); the statistics themselves under the flag
+        outside = [c.observe(where, *tensors) for c in collectors]
 
-    @staticmethod
-    def _hand_over(where: _Where, out: list[tuple[Collector | None, torch.Tensor, Any]]) -> None:
-        # One attribute write, no read of per-step state: a compiled graph needs no new guard.
-        # ``where.out`` is None at the start of every call (_harvest resets it), so reading it
-        # here guards on a value that stays the same.
-        where.out = out if where.out is None else where.out + out
+        def raws(*ts: torch.Tensor) -> tuple[torch.Tensor, ...]:
+            return tuple(c.observe(where, *ts)[0] for c in collectors)
 
-    def _harvest(self, *_: Any) -> None:
-        """File the passes the hooks handed over during a compiled call (runs eagerly)."""
-        self._last_conv = False  # read before any write in a graph: keep its guard stable
-        self._last_linear = None
-        for where in (*self.sites, *self.blocks, *self.inputs):
-            out, where.out, where.calls = where.out, None, 0
-            for collector, raw, meta in out or ():
+        out = gated(self._flag, raws, tensors, [r for r, _ in outside])
+        self._hand_over(where, [(c, r, m) for c, r, (_, m) in zip(collectors, out, outside)])
+
+    def _hand_over(self, where: _Where, out: list[tuple[Collector | None, torch.Tensor, Any]]
+                   ) -> None:
+        # No read of per-step state: a compiled graph needs no new guard. ``where.out`` is
+        # empty at the start of every call (_harvest clears it), so its guard holds.
+        where.out.extend(out)
+        self._now["traced"] = True
+
+    def _harvest(self) -> None:
+        """File the passes traced hooks handed over (eagerly, after a compiled call); on an
+        unrecorded step they are dropped (the graph computed zeros for them)."""
+        if self._now:
+            self._traced = self._traced or self._now.get("traced", False)
+            self._now.clear()
+        keep = self._recording and not self._closed
+        for where in self._wheres:
+            if where.state:
+                where.state.clear()
+            if not where.out:
+                continue
+            out = list(where.out)
+            where.out.clear()
+            if not keep:
+                continue
+            for collector, raw, meta in out:
                 if collector is None:  # histogram counts
                     where.hist = raw if where.hist is None else where.hist + raw
                 else:
@@ -196,52 +272,68 @@ class ProbeHooks:
         """Leave out registered site-gradient collectors and the output-gradient ones on a
         compiled model, with a warning: only the built-in backward statistics of the site's
         input run inside the compiled backward (GradTap)."""
-        if self._outgrad_collectors:
-            dropped = [m for c in self._outgrad_collectors for m in c.metrics]
-            warnings.warn(f"Probe on a torch.compile model: {dropped} read dL/da through a "
-                          f"hook on the activation's output, which would split the compiled "
-                          f"graph; they are not recorded (probe the eager model for them)",
+        dropped = self._compiled_unsupported()
+        if dropped:
+            warnings.warn(f"Probe on a torch.compile model: {dropped} read a gradient inside "
+                          f"the model (dL/da, or a registered gradient metric) through a hook "
+                          f"on an intermediate tensor, which would split the compiled graph; "
+                          f"they are not recorded (probe the eager model for them)",
                           stacklevel=3)
-            self._outgrad_collectors = []
-        foreign = [c for c in self._grad_collectors if not isinstance(c, ActivationBackward)]
-        if foreign:
-            dropped = [m for c in foreign for m in c.metrics]
-            warnings.warn(f"Probe on a torch.compile model: {dropped} read the gradient at an "
-                          f"activation through a hook on an intermediate tensor, which would "
-                          f"split the compiled graph; they are not recorded (probe the eager "
-                          f"model for them)", stacklevel=3)
-            self._grad_collectors = [c for c in self._grad_collectors if c not in foreign]
-            self._want_bwd = bool(self._grad_collectors)
+        self._outgrad_collectors = []
+        self._grad_collectors = self._tapped_collectors
+        self._want_bwd = bool(self._grad_collectors)
+
+    def _compiled_unsupported(self) -> list[str]:
+        """The metrics a traced pass cannot record (hooks on intermediate tensors)."""
+        foreign = [c for c in self._grad_collectors if c not in self._tapped_collectors]
+        return [m for c in (*self._outgrad_collectors, *foreign) for m in c.metrics]
+
+    def _noticed_compile(self) -> None:
+        """Once, when hooks are first seen to have run inside a compiled graph: hook the
+        compiled wrappers made since the probe was created, and name the metrics compiled
+        passes cannot record (unless the probe was created on a compiled model and said so)."""
+        if not self._traced or self._compile_noticed:
+            return
+        self._compile_noticed = True
+        if not find_compiled(self.model):  # compiled by someone else: find their wrapper
+            self._hook_after_calls(*wrappers_around(self.model))
+        dropped = self._compiled_unsupported()
+        if dropped:
+            warnings.warn(f"probe: the model runs under torch.compile; {dropped} need a hook "
+                          f"on an intermediate tensor inside the graph, so its compiled "
+                          f"passes do not record them (probe the eager model for them)",
+                          stacklevel=3)
 
     def _carrier(self, site: _Where) -> torch.Tensor:
         """The site's carrier, created once on the device of the model's parameters."""
         if site.carrier is None:
-            param = next(iter(site.module.parameters()), None) or \
-                next(iter(self.model.parameters()), None)
-            site.carrier = new_carrier(param.device if param is not None else torch.device("cpu"))
+            site.carrier = new_carrier(self._flag.device)
         return site.carrier
 
     def _make_carrier_hook(self, site: _Where) -> Callable:
         def hook(rows: torch.Tensor) -> torch.Tensor:
             # one record per backward pass: its used rows are told apart on the host
-            if not self._closed and self._attached:
-                for collector in self._grad_collectors:
+            if not self._closed and self._recording:
+                for collector in self._tapped_collectors:
                     site.passes.setdefault(collector, []).append((rows.detach(), None))
+                self._backward_end.trigger()  # file the forward passes after this backward
             return torch.zeros_like(rows)  # nothing accumulates in the carrier's .grad
         return hook
 
-    def _tap(self, site: _Where, p: torch.Tensor, x_rows: torch.Tensor | None, fan: int,
+    def _tap(self, site: _Where, p: torch.Tensor, x: torch.Tensor | None, fan: int,
              copy: bool) -> torch.Tensor:
-        slot = site.calls % TAP_SLOTS  # a constant of the trace: calls restarts at 0 each call
-        site.calls += 1
-        return GradTap.apply(p, site.carrier, x_rows, slot, fan, copy)
+        calls = site.state.get("calls", 0)
+        site.state["calls"] = calls + 1
+        slot = calls % TAP_SLOTS  # a constant of the trace: calls restarts at 0 each call
+        return GradTap.apply(p, site.carrier, x, self._flag, slot, fan, copy)
 
     def _observe(self, site: _Where, p: torch.Tensor, a: torch.Tensor | None) -> None:
         if a is None:
             return
-        site.after_conv = self._last_conv
+        site.state["after_conv"] = self._now.get("last_conv", False)
         self._observe_into(site, self._site_collectors, p, a)
-        if self._outgrad_collectors and a.requires_grad and torch.is_grad_enabled():
+        if self._outgrad_collectors and a.requires_grad and torch.is_grad_enabled() and \
+                not torch.compiler.is_compiling():  # traced: named by _noticed_compile
             collectors = self._outgrad_collectors
 
             def on_out_grad(h: torch.Tensor) -> None:
@@ -250,13 +342,19 @@ class ProbeHooks:
 
             a.register_hook(on_out_grad)
         if self.hist_bins is not None:
-            low, high = self.hist_range
-            counts = torch.stack([M.histogram_raw(p, self.hist_bins, low, high),
-                                  M.histogram_raw(a, self.hist_bins, low, high)])
-            if self._persistent:
-                self._hand_over(site, [(None, counts, None)])
+            low, high, bins = *self.hist_range, self.hist_bins
+
+            def counts(p: torch.Tensor, a: torch.Tensor) -> tuple[torch.Tensor]:
+                return (torch.stack([M.histogram_raw(p, bins, low, high),
+                                     M.histogram_raw(a, bins, low, high)]),)
+
+            if torch.compiler.is_compiling():
+                dtype = torch.promote_types(M.stat_dtype(p.dtype), M.stat_dtype(a.dtype))
+                like = [torch.empty(2, bins, dtype=dtype, device=p.device)]
+                self._hand_over(site, [(None, gated(self._flag, counts, (p, a), like)[0], None)])
             else:
-                site.hist = counts if site.hist is None else site.hist + counts
+                (c,) = counts(p, a)
+                site.hist = c if site.hist is None else site.hist + c
 
     def _scratch(self, numel: int, like: torch.Tensor) -> torch.Tensor:
         """A reusable flat buffer (one per dtype and device, grown as needed)."""
@@ -273,13 +371,14 @@ class ProbeHooks:
     def _register_grad(self, site: _Where, p: torch.Tensor,
                        copy: bool = False) -> torch.Tensor | None:
         """Arrange for the statistics of ``dL/dp``: a hook on ``p`` (eager), or the tapped
-        ``p`` to use instead (compiled models; ``copy`` for an in-place site)."""
+        ``p`` to use instead (traced; ``copy`` for an in-place site)."""
         if not (self._want_bwd and p.requires_grad and torch.is_grad_enabled()):
             return None
-        x_rows, d_in = self._feeding_rows(p)
-        fan = p.shape[-1] * d_in if x_rows is not None else 0
-        if self._persistent:
-            return self._tap(site, p, x_rows, fan, copy)
+        x = self._feeding_input(p)
+        fan = p.shape[-1] * x.shape[-1] if x is not None else 0
+        if torch.compiler.is_compiling():  # row sums of x in the backward, when recorded
+            return self._tap(site, p, None if x is None else x.detach(), fan, copy)
+        x_rows = None if x is None else M.input_row_sums(x)
         collectors = self._grad_collectors
 
         def on_grad(g: torch.Tensor) -> None:
@@ -291,44 +390,40 @@ class ProbeHooks:
 
     def _make_site_hook(self, site: _Where) -> Callable:
         def hook(module: nn.Module, inputs: tuple, output: Any) -> None:
-            if self._paused or not self._attached or not inputs or \
-                    not isinstance(inputs[0], torch.Tensor):
+            if self._off() or not inputs or not isinstance(inputs[0], torch.Tensor):
                 return
             p = inputs[0]
             a = output if isinstance(output, torch.Tensor) else None
             self._observe(site, p, a)
-            if not self._persistent:  # compiled models: tapped before the call
+            if not torch.compiler.is_compiling():  # traced: tapped before the call
                 self._register_grad(site, p)
         return hook
 
     def _make_tap_hook(self, site: _Where) -> Callable:
         def hook(module: nn.Module, inputs: tuple) -> tuple | None:
-            if self._paused or not self._attached or not inputs or \
+            if not torch.compiler.is_compiling() or self._paused or not inputs or \
                     not isinstance(inputs[0], torch.Tensor):
-                return None
+                return None  # eager: the site hook registers a hook on the input instead
             tapped = self._register_grad(site, inputs[0])
             return None if tapped is None else (tapped, *inputs[1:])
         return hook
 
     def _make_pre_hook(self, site: _Where) -> Callable:
-        def hook(module: nn.Module, inputs: tuple) -> None:
-            if self._paused or not self._attached or not inputs or \
-                    not isinstance(inputs[0], torch.Tensor):
-                return
+        def hook(module: nn.Module, inputs: tuple) -> tuple | None:
+            if self._off() or not inputs or not isinstance(inputs[0], torch.Tensor):
+                return None
             p = inputs[0]
             # keep a copy of p's moments: the in-place call is about to overwrite p
-            site.pending = p.detach().clone()
+            site.state["pending"] = p.detach().clone()
             tapped = self._register_grad(site, p, copy=True)
             return None if tapped is None else (tapped, *inputs[1:])
         return hook
 
     def _make_post_hook(self, site: _Where) -> Callable:
         def hook(module: nn.Module, inputs: tuple, output: Any) -> None:
-            p = site.pending
-            if self._paused or not self._attached or p is None or \
-                    not isinstance(output, torch.Tensor):
+            p = site.state.pop("pending", None)
+            if self._off() or p is None or not isinstance(output, torch.Tensor):
                 return
-            site.pending = None
             self._observe(site, p, output)
         return hook
 
@@ -337,7 +432,7 @@ class ProbeHooks:
 
         def hook(module: nn.Module, inputs: tuple, output: Any) -> None:
             h = _first_tensor(output)
-            if not self._paused and self._attached and h is not None:
+            if not self._off() and h is not None:
                 self._observe_into(block, collectors, h)
         return hook
 
@@ -345,17 +440,6 @@ class ProbeHooks:
         collectors = self._by_target.get("input", [])
 
         def hook(module: nn.Module, inputs: tuple, output: Any) -> None:
-            if not self._paused and self._attached and inputs and \
-                    isinstance(inputs[0], torch.Tensor):
+            if not self._off() and inputs and isinstance(inputs[0], torch.Tensor):
                 self._observe_into(where, collectors, inputs[0])
-        return hook
-
-    def _make_grad_hook(self, weight: _Weight) -> Callable:
-        collectors = self._by_target.get("wgrad", [])
-
-        def hook(param: torch.Tensor) -> None:
-            # the last call of a step sees the fully accumulated gradient: it replaces the others
-            if not self._closed and self._attached and param.grad is not None:
-                for collector in collectors:
-                    weight.passes[collector] = [collector.observe(weight, param.grad)]
         return hook

@@ -10,10 +10,10 @@ without touching the probe.
 
 How it stays cheap:
 
-* hooks exist only during recorded steps: they are registered when a recorded step begins
-  and removed when it ends, so unrecorded steps run the bare model. On a model holding
-  ``torch.compile`` wrappers they stay attached and a flag gates them instead, so the model
-  keeps two graphs and never recompiles (:mod:`actlab.probe.compiled`);
+* on an unrecorded step a hook returns at once (eagerly) or skips its statistics under a
+  device-side flag (traced by ``torch.compile``): the hooks stay attached for the probe's
+  life, so a compiled model has one graph whatever the schedule, and every graph, however
+  and whenever the model is compiled, holds them (:mod:`actlab.probe.compiled`);
 * every statistic is reduced on the device to a few numbers per pass; nothing is moved to the
   host and nothing calls ``.item()`` until :meth:`Probe.table` (or :meth:`Probe.flush`);
 * nothing per example is stored.
@@ -24,6 +24,8 @@ forward/backward passes, weight statistics of the weights it ran with (after ``t
 updates, recorded when step ``t - 1`` closed, so call ``probe.step()`` after
 ``optimizer.step()``), and the gradient it accumulated. After the last ``probe.step()`` the
 weights of the next step (the final weights) are recorded if that step is on the schedule.
+Weight gradients are read at the end of each backward pass (:mod:`actlab.probe.grads`), so
+``optimizer.zero_grad()`` may come before or after ``probe.step()``, under DDP too.
 """
 
 from __future__ import annotations
@@ -41,8 +43,10 @@ from actlab.errors import ConfigError, renamed_keywords
 from actlab.probe import distributed as D
 from actlab.probe import metrics as M
 from actlab.probe.collectors import Collector, collectors_for
+from actlab.probe.collectors.builtin import ActivationBackward
 from actlab.probe.compiled import find_compiled
 from actlab.probe.forward import default_forward
+from actlab.probe.grads import AfterBackward, ProbeGrads
 from actlab.probe.hooks import (
     ProbeHooks,
     _is_dense,  # noqa: F401  (its import path before the split)
@@ -65,7 +69,7 @@ from actlab.surgery import (
 DEAD_UNIT_METRICS = ("dead_frac", "dead_frac_per_batch", "n_units")
 
 
-class Probe(ProbeHooks, ProbeRecords):
+class Probe(ProbeHooks, ProbeGrads, ProbeRecords):
     """Record activation, gradient, weight and hidden-state statistics of ``model`` in training.
 
     Args:
@@ -108,9 +112,14 @@ class Probe(ProbeHooks, ProbeRecords):
     Under a process group every statistic merges exactly (:mod:`actlab.probe.merge`), so the
     table equals that of one process seeing the global batch: activation statistics of all
     ranks' passes, weight statistics of the local shards (DTensor under FSDP2, never
-    gathered), weight gradients read after the reduction (see :meth:`capture_grads`) and
-    activation gradients scaled to the global mean loss. Create the probe after wrapping
-    the model (DDP, ``fully_shard``).
+    gathered), weight gradients read after the reduction (at the end of each backward pass,
+    :mod:`actlab.probe.grads`) and activation gradients scaled to the global mean loss.
+    Create the probe after wrapping the model (DDP, ``fully_shard``), and after moving it to
+    its device.
+
+    Under ``torch.compile`` (the probed model compiled, a compiled submodule, or a trainer
+    that compiles it) the compiled passes record what eager passes record, in one graph
+    whatever the schedule (:mod:`actlab.probe.compiled`).
     """
 
     @renamed_keywords(inputs="input_modules")
@@ -163,6 +172,7 @@ class Probe(ProbeHooks, ProbeRecords):
                                   f"{self.world} ranks: a Collector needs stats() and finish() "
                                   f"(actlab.probe.merge) under a process group")
         self._by_target: dict[str, list[Collector]] = {}
+        self._order = {collector: i for i, collector in enumerate(collectors)}
         for collector in collectors:
             self._by_target.setdefault(collector.target, []).append(collector)
 
@@ -178,6 +188,9 @@ class Probe(ProbeHooks, ProbeRecords):
 
         self._site_collectors = self._by_target.get("site", [])
         self._grad_collectors = self._by_target.get("grad", [])
+        # the gradient collectors a traced pass records (through GradTap's carriers)
+        self._tapped_collectors = [c for c in self._grad_collectors
+                                   if isinstance(c, ActivationBackward)]
         self._want_fwd = bool(self._site_collectors)
         self._want_bwd = bool(self._grad_collectors)
         self._outgrad_collectors = self._by_target.get("outgrad", [])
@@ -187,25 +200,32 @@ class Probe(ProbeHooks, ProbeRecords):
         self._want_wgrad = "wgrad" in self._by_target
         self._want_blocks = "block" in self._by_target
         self._want_inputs = "input" in self._by_target
-        # Under torch.compile hooks that come and go recompile the model: there they stay
-        # attached for the probe's lifetime and gate their work on ``_attached`` instead.
-        self._compiled = find_compiled(model)
-        self._persistent = bool(self._compiled)
-        if self._persistent:
+        if find_compiled(model):  # known now: say up front what compiled passes cannot record
             self._drop_compiled_unsupported()
+        self._wheres = (*self.sites, *self.blocks, *self.inputs)
 
         self._step = 0
         self._handles: list[Any] = []
-        self._attached = False
+        self._recording = False  # the step now running is recorded (read by eager hooks)
+        # ... and the same on the device, for traced hooks: one of two constant tensors (a
+        # graph guards on a tensor's shape and dtype, not on which tensor it is; a flag
+        # flipped in place would also change under a backward that saved it)
+        param = next(iter(model.parameters()), None)
+        device = param.device if param is not None else torch.device("cpu")
+        self._flags = (torch.zeros((), dtype=torch.bool, device=device),
+                       torch.ones((), dtype=torch.bool, device=device))
+        self._flag = self._flags[0]
         self._paused = False
         self._closed = False
-        self._last_linear: tuple[torch.Tensor, torch.Tensor, nn.Module] | None = None
-        self._last_conv = False
-        # Linear layers that fed a site (learned in the first recorded step; later steps hook
-        # only these instead of every Linear)
-        self._feeders: dict[int, nn.Module] = {}
-        self._feeders_known = False
-        self._saw_site = False
+        self._traced = False  # hooks ran inside a compiled graph
+        self._compile_noticed = False
+        self._after_hooked: set[int] = set()  # modules with the after-call hook
+        self._after_call = self._file_after_call
+        # this call (cleared by _harvest): "last_linear" (output and input of the last Linear
+        # run), "last_conv" (it was a convolution), "traced" (hooks ran in a graph)
+        self._now: dict[str, Any] = {}
+        self._touched: set[_Weight] = set()  # weights whose gradient this backward reached
+        self._backward_end = AfterBackward(self._after_backward)
         self._buffers: dict[tuple[torch.dtype, torch.device], torch.Tensor] = {}
         # device-side, not yet read: (collector or None for histograms, step, where, raws, metas)
         self._records: list[tuple[Collector | None, int, Any, list[torch.Tensor], list[Any]]] = []
@@ -215,15 +235,12 @@ class Probe(ProbeHooks, ProbeRecords):
         self._written: dict[int, int] = {}
         # move rows to the host at every close, not when read (streaming, bounded, or merged)
         self._eager = self.distributed or bool(self.writers) or max_rows is not None
-        self._grads_taken = False  # capture_grads() ran in this step
+        self._grads_taken = False  # this step's gradients were read
         self._weights_at = -1  # the step whose weights were last recorded
 
-        if self._persistent:
-            self._attach()  # for good: ``_attached`` switches the recording
-            self._attached = self.schedule.due(0)
-        elif self.schedule.due(0):
-            self._attach()
-        if self._attached:
+        self._attach()
+        self._set_recording(self.schedule.due(0))
+        if self._recording:
             self._record_weights(0)
 
     # ------------------------------------------------------------------ construction helpers
@@ -309,38 +326,21 @@ class Probe(ProbeHooks, ProbeRecords):
                     self._records.append((collector, step, weight, [raw], [meta]))
         self._weights_at = step
 
-    def capture_grads(self) -> None:
-        """Read the tracked weights' gradients now, for the step being recorded.
-
-        Call it after the backward pass and before the optimizer clears the gradients (e.g.
-        just before ``optimizer.step()``). Without a process group the probe needs no call (a
-        hook reads each gradient once accumulated). Under DDP that hook would read the local
-        gradient before the all-reduce, and FSDP2 fills a shard's gradient after its
-        reduce-scatter, so under a process group :meth:`step` reads ``.grad`` itself when
-        this was not called: then call ``probe.step()`` before ``optimizer.zero_grad()``.
-        """
-        if self._closed or not self._attached or not self._want_wgrad:
-            return
-        collectors = self._by_target["wgrad"]
-        with torch.no_grad():
-            for weight in self.weights:
-                grad = weight.param.grad
-                if grad is None:
-                    if self.distributed:  # a hook's local record is not the reduced gradient
-                        for collector in collectors:
-                            weight.passes.pop(collector, None)
-                    continue
-                for collector in collectors:
-                    weight.passes[collector] = [collector.observe(weight, grad)]
-        self._grads_taken = True
+    def _set_recording(self, due: bool) -> None:
+        """Record the step now running or not: the Python flag for eager hooks, the device
+        flag (the same graph input, no recompile) for traced ones."""
+        self._recording = due
+        self._flag = self._flags[due]
 
     def _close_step(self, step: int) -> None:
         # Only list moves here: stacking and conversion wait for flush(), off the hot path.
         if self.distributed and not self._grads_taken:
             self.capture_grads()
         self._grads_taken = False
-        for where in (*self.sites, *self.blocks, *self.inputs, *self.weights):
-            for collector, passes in where.passes.items():
+        for where in (*self._wheres, *self.weights):
+            # in the order of the metrics, however the passes arrived (eager, compiled)
+            for collector in sorted(where.passes, key=self._order.__getitem__):
+                passes = where.passes[collector]
                 self._records.append((collector, step, where, [r for r, _ in passes],
                                       [m for _, m in passes]))
             where.passes = {}
@@ -348,7 +348,7 @@ class Probe(ProbeHooks, ProbeRecords):
             if site.hist is not None:
                 self._records.append((None, step, site, [site.hist], []))
                 site.hist = None
-        self._last_linear = None
+        self._now.pop("last_linear", None)
 
     def step(self) -> None:
         """Close the current training step (call it after ``optimizer.step()``).
@@ -357,23 +357,15 @@ class Probe(ProbeHooks, ProbeRecords):
         """
         if self._closed:
             raise RuntimeError("Probe.step() after close()")
-        recorded = self._attached
-        if self._attached:
-            if self._persistent:
-                self._harvest()  # passes run outside a compiled wrapper's call
+        recorded = self._recording
+        self._harvest()  # compiled calls no eager point followed
+        self._dynamo_loaded()  # dynamo may have been imported since the probe was created
+        self._noticed_compile()
+        if recorded:
             self._close_step(self._step)
-            if self._want_cov and not self._feeders_known and self._saw_site and \
-                not self._persistent:
-                self._feeders_known = True
-                self._detach()  # re-attached below, hooking only the learned feeders
         self._step += 1
         due = self.schedule.due(self._step)
-        if self._persistent:
-            self._attached = due  # the hooks stay; this flag gates them
-        elif due and not self._attached:
-            self._attach()
-        elif not due and self._attached:
-            self._detach()
+        self._set_recording(due)
         if due:
             self._record_weights(self._step)
         # decided by the schedule alone, so every rank reduces at the same steps
@@ -458,10 +450,9 @@ class Probe(ProbeHooks, ProbeRecords):
         """
         if self._closed:
             return
-        recorded = self._attached
-        if self._attached:
-            if self._persistent:
-                self._harvest()
+        recorded = self._recording
+        if self._recording:
+            self._harvest()
             if self.distributed:
                 # the unfinished step had no optimizer step: its .grad is the last step's
                 self._grads_taken = True

@@ -213,11 +213,6 @@ class ProbeRecords:
         self._records.clear()
         self._step, self._weights_at = step, weights_at
         due = self.schedule.due(step)
-        if self._persistent:
-            self._attached = due
-        elif due and not self._attached:
-            self._attach()
-        elif not due and self._attached:
-            self._detach()
+        self._set_recording(due)
         if due and weights_at != step:
             self._record_weights(step)
