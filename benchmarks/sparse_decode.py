@@ -24,7 +24,12 @@ the active rows, from the actual masks; one token of TEAL: ``1 / (1 - s)``, acti
 ``1 / (1/3 + 2 (1 - s) / 3)``). Bandwidth: bytes that must be read / time, as a fraction of
 the copy bandwidth measured in the same interleaved run (``Tensor.copy_`` of 256 MiB, bytes
 read + written / time, same threads). Break-even: the active share above which dense is
-faster, dense time over the kernel's time with every input active (the kernel forced on).
+faster, dense time over the kernel's time with every input active (the kernel forced on);
+for models whose FFN matrices fit ``sparse_kernel.SMALL_MATRIX_BYTES`` (our GPT), the whole
+model with the kernel forced on against the dense product of the masked input forced on, at
+each sparsity, gives ``small_matrix_break_even`` (what ``sparse_kernel.BREAK_EVEN_SMALL``
+holds). The model cases run ``method="auto"`` and ``--model-repeats`` repeats (a forward of
+our GPT is about a millisecond).
 Quality: TEAL at 40/50/70/85 % with thresholds calibrated on training data, on held-out
 data: the GPT's validation loss, MiniLM's sentence-embedding cosine to the
 dense model. Last line: one JSON object of the figures.
@@ -296,6 +301,8 @@ def model_rows(case: ModelCase, thresholds: dict[float, dict[str, SiteThresholds
     forms: dict[str, dict[str, Any]] = {"activation": {}} if case.activation_form else {}
     for s, th in thresholds.items():
         forms[f"teal{s}"] = {"thresholds": th}
+    small = all(f.down.weight.numel() * f.down.weight.element_size()
+                <= sparse_kernel.SMALL_MATRIX_BYTES for f in case.ffns)
     rows = []
     for tokens, wins in case.windows.items():
         inputs = captured(case, wins)
@@ -307,16 +314,24 @@ def model_rows(case: ModelCase, thresholds: dict[float, dict[str, SiteThresholds
             return timed(lambda: [f.forward(x) for per in inputs
                                   for f, (x, _) in zip(case.ffns, per)])
 
-        def inside(kwargs: dict[str, Any], body: Callable[[int], float]) -> Callable[[int], float]:
+        def inside(kwargs: dict[str, Any], body: Callable[[int], float],
+                   limit: float | None = None) -> Callable[[int], float]:
             def run(r: int) -> float:
-                with sparse_inference(case.model, method="kernel", **kwargs):
-                    return body(r)
+                saved, sparse_kernel.DENSE_ABOVE = sparse_kernel.DENSE_ABOVE, limit
+                try:
+                    with sparse_inference(case.model, method="auto", **kwargs):
+                        return body(r)
+                finally:
+                    sparse_kernel.DENSE_ABOVE = saved
             return run
 
         variants = {"dense": run_model, "dense_ffn": run_ffns}
         for form, kwargs in forms.items():
             variants[form] = inside(kwargs, run_model)
             variants[form + "_ffn"] = inside(kwargs, run_ffns)
+            if small and "thresholds" in kwargs:  # what sets BREAK_EVEN_SMALL
+                variants[form + "_kernel"] = inside(kwargs, run_model, 2.0)  # never dense
+                variants[form + "_masked_dense"] = inside(kwargs, run_model, 0.0)  # always
         with torch.no_grad():
             times = interleaved(variants, repeats)
         n = tokens * len(wins)
@@ -340,7 +355,33 @@ def model_rows(case: ModelCase, thresholds: dict[float, dict[str, SiteThresholds
                 "ffn_share_of_dense_time": times["dense_ffn"] / times["dense"],
                 "active_share_ffn_input": x_share, "active_share_down_input": h_share,
             })
+            if form + "_kernel" in times:
+                rows[-1]["kernel_model_speedup"] = times["dense"] / times[form + "_kernel"]
+                rows[-1]["masked_dense_model_speedup"] = (times["dense"]
+                                                          / times[form + "_masked_dense"])
     return rows
+
+
+def small_break_even(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per tokens per call, the active share (mean of the FFN input's and the down input's
+    union) above which the dense product of the masked input ran the whole model faster than
+    the kernel, on a model whose FFN matrices fit :data:`sparse_kernel.SMALL_MATRIX_BYTES`:
+    midway between the densest level the kernel won and the sparsest it lost; 1.0 where it
+    never lost, 0.0 where it never won below its first loss."""
+    out: dict[str, Any] = {}
+    for tokens in sorted({r["tokens"] for r in rows if "kernel_model_speedup" in r}):
+        points = sorted(((r["active_share_ffn_input"] + r["active_share_down_input"]) / 2,
+                         r["kernel_model_speedup"] / r["masked_dense_model_speedup"])
+                        for r in rows if r["tokens"] == tokens and "kernel_model_speedup" in r)
+        losses = [a for a, ratio in points if ratio < 1.0]
+        if not losses:
+            gate = 1.0
+        else:
+            wins = [a for a, ratio in points if ratio >= 1.0 and a < min(losses)]
+            gate = (max(wins) + min(losses)) / 2 if wins else 0.0
+        out[f"t{tokens}"] = gate
+        out[f"t{tokens}_points"] = [[a, ratio] for a, ratio in points]
+    return out
 
 
 def minilm_cases(windows: int, steps: int, seed: int, calibration: int, n_eval: int
@@ -457,6 +498,9 @@ def _parser() -> argparse.ArgumentParser:
                    "repeats and training steps, float32 and one thread only")
     p.add_argument("--threads", default=None, help="comma-separated (default 1,2; quick 1)")
     p.add_argument("--repeats", type=int, default=None, help="timing repeats (default 9; quick 3)")
+    p.add_argument("--model-repeats", type=int, default=None,
+                   help="timing repeats of the model cases (default 31; quick 9): a forward of "
+                        "our GPT is about a millisecond, so noise needs more of them")
     p.add_argument("--windows", type=int, default=None, help="model windows (default 8; quick 2)")
     p.add_argument("--gpt-steps", type=int, default=None, help="default 300; quick 30")
     p.add_argument("--relufy-steps", type=int, default=None, help="default 40; quick 0")
@@ -484,7 +528,7 @@ def _table(rows: list[dict[str, Any]]) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the benchmark; print tables and, last, one JSON line of figures."""
     args = _parser().parse_args(argv)
-    for name in ("repeats", "windows", "gpt_steps", "relufy_steps"):
+    for name in ("repeats", "model_repeats", "windows", "gpt_steps", "relufy_steps"):
         value = getattr(args, name)
         if value is not None and value < (0 if name.endswith("steps") else 1):
             print(f"error: --{name.replace('_', '-')} out of range: {value}", file=sys.stderr)
@@ -504,6 +548,7 @@ def main(argv: Sequence[str] | None = None) -> int:
               f"({sparse_kernel.native.build_error() or 'no C++ compiler'})", file=sys.stderr)
         return 2
     repeats = args.repeats or (3 if args.quick else 9)
+    model_repeats = args.model_repeats or (9 if args.quick else 31)
     windows = args.windows or (2 if args.quick else 8)
     gpt_steps = args.gpt_steps if args.gpt_steps is not None else (30 if args.quick else 300)
     relufy_steps = args.relufy_steps if args.relufy_steps is not None else (0 if args.quick
@@ -513,8 +558,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     figures: dict[str, Any] = {"benchmark": "sparse_decode", "quick": args.quick,
                                "llama7b_shape": [d_model, hidden],
                                "threads": threads, "repeats": repeats,
+                               "model_repeats": model_repeats,
                                "break_even_table": {f"{str(d)[6:]}_t{t}": v for (d, t), v
-                                                    in sparse_kernel.BREAK_EVEN.items()}}
+                                                    in sparse_kernel.BREAK_EVEN.items()},
+                               "break_even_small_table": {f"t{t}": v for t, v
+                                                          in sparse_kernel.BREAK_EVEN_SMALL.items()},
+                               "small_matrix_bytes": sparse_kernel.SMALL_MATRIX_BYTES}
     llama: list[dict[str, Any]] = []
     for n in [] if args.no_llama else threads:
         torch.set_num_threads(n)
@@ -570,13 +619,20 @@ def main(argv: Sequence[str] | None = None) -> int:
             levels = sorted(set(speed_levels) | set(QUALITY_SPARSITIES))
             th = calibrated(case.model, extra["calibration"], levels)
         print(f"\n{case.name}: {case.note}")
-        rows = model_rows(case, {s: th[s] for s in speed_levels}, repeats)
+        rows = model_rows(case, {s: th[s] for s in speed_levels}, model_repeats)
         for r in rows:
             print(f"  T={r['tokens']} {r['form']:>10} s={r['sparsity'] or 0:.2f} "
                   f"tokens/s {r['tokens_per_s_dense']:.0f} -> {r['tokens_per_s_sparse']:.0f} "
                   f"({r['model_speedup']:.2f}x); FFN {r['ffn_speedup']:.2f}x of bound "
                   f"{r['ffn_bound']:.2f}x")
         models += rows
+        if case.name == "gpt":
+            figures["small_matrix_break_even"] = small_break_even(rows)
+            for key, value in (("model", "model_speedup"), ("ffn", "ffn_speedup")):
+                figures[f"gpt_min_{key}_speedup_above_30"] = {
+                    str(t): min(r[value] for r in rows if r["tokens"] == t
+                                and (r["sparsity"] or 0) >= 0.3)
+                    for t in sorted({r["tokens"] for r in rows})}
         q_th = {s: th[s] for s in QUALITY_SPARSITIES}
         if case.name == "gpt":
             quality["gpt"] = gpt_quality(case.model, extra["eval"], q_th)

@@ -152,23 +152,71 @@ def test_one_and_two_threads_give_identical_results(kernel):
     assert torch.equal(one, two)
 
 
-def test_dense_above_break_even_runs_torch(kernel, monkeypatch):
-    """Above the active share ``dense_above`` torch's dense product runs, on the masked input."""
+def _which_ran(x: torch.Tensor, w: torch.Tensor, threshold: float, **kw) -> str:
+    """Which product :func:`sparse_linear` ran: the kernel reads ``weight_t``, the dense
+    product ``weight``; giving ``weight = 2 W`` beside ``weight_t = W^T`` tells them apart."""
+    masked = torch.where(x.abs() <= threshold, 0.0, x)
+    out = sparse_linear(x, w.t().contiguous(), threshold=threshold, weight=2 * w, **kw)
+    if torch.allclose(out, F.linear(masked, 2 * w), atol=1e-5):
+        return "dense"
+    assert torch.allclose(out, F.linear(masked, w), atol=1e-5)
+    return "kernel"
+
+
+def test_dense_above_break_even_runs_torch(kernel):
+    """Above the active share ``dense_above`` torch's dense product runs, on the masked input
+    (its result equals F.linear of the masked input), and the kernel below it."""
     gen = torch.Generator().manual_seed(5)
     w = torch.randn(40, 64, generator=gen)
-    x = torch.randn(2, 64, generator=gen)
-    calls = []
-    dense = sparse_kernel._dense
-    monkeypatch.setattr(sparse_kernel, "_dense", lambda *a: calls.append(1) or dense(*a))
-    expected = F.linear(torch.where(x.abs() <= 0.5, 0.0, x), w)
-    out = sparse_linear(x, w.t().contiguous(), threshold=0.5, weight=w, dense_above=0.2,
-                        backend="kernel")
-    assert calls == [1]
-    assert torch.allclose(out, expected, atol=1e-6)
-    out = sparse_linear(x, w.t().contiguous(), threshold=0.5, weight=w, dense_above=1.0,
-                        backend="kernel")
-    assert calls == [1]  # the kernel ran
-    assert torch.allclose(out, expected, atol=1e-6)
+    x = torch.randn(2, 64, generator=gen)  # |x| > 0.5 for about 62 % of entries, 85 % union
+    assert _which_ran(x, w, 0.5, dense_above=0.2, backend="kernel") == "dense"
+    assert _which_ran(x, w, 0.5, dense_above=1.0, backend="kernel") == "kernel"
+    assert _which_ran(x.bfloat16().float(), w, 0.0, dense_above=0.0) == "dense"
+
+
+def test_small_matrix_gate_decides_by_bytes_and_tokens(monkeypatch):
+    """dense_above: DENSE_ABOVE first; a matrix of at most SMALL_MATRIX_BYTES takes
+    BREAK_EVEN_SMALL's share for its tokens per call (1, or 2 and more), a larger one
+    BREAK_EVEN's by dtype."""
+    monkeypatch.setattr(sparse_kernel, "SMALL_MATRIX_BYTES", 1000)
+    monkeypatch.setattr(sparse_kernel, "BREAK_EVEN_SMALL", {1: 0.25, 2: 0.5})
+    monkeypatch.setattr(sparse_kernel, "BREAK_EVEN", {(torch.float32, 1): 0.75,
+                                                      (torch.float32, 2): 0.875})
+    f32 = torch.float32
+    assert sparse_kernel.dense_above(f32, 1, 1000) == 0.25
+    assert sparse_kernel.dense_above(f32, 8, 1000) == 0.5
+    assert sparse_kernel.dense_above(f32, 1, 1001) == 0.75
+    assert sparse_kernel.dense_above(f32, 8, 1001) == 0.875
+    assert sparse_kernel.dense_above(f32, 8) == 0.875  # bytes unknown: the large table
+    assert sparse_kernel.dense_above(torch.bfloat16, 1, 10**9) == 1.0  # not in the table
+    monkeypatch.setattr(sparse_kernel, "DENSE_ABOVE", 2.0)
+    assert sparse_kernel.dense_above(f32, 1, 1000) == 2.0
+
+
+def test_small_matrix_gate_switches_the_product(kernel, monkeypatch):
+    """sparse_linear, and the swapped TEAL forward's lean path, run the dense product for a
+    small matrix whose active share is above BREAK_EVEN_SMALL, the kernel otherwise."""
+    gen = torch.Generator().manual_seed(6)
+    w = torch.randn(40, 64, generator=gen)  # 10 KiB
+    x = torch.randn(1, 64, generator=gen)
+    share = float((x.abs() > 0.5).float().mean())
+    monkeypatch.setattr(sparse_kernel, "SMALL_MATRIX_BYTES", 40 * 64 * 4)
+    monkeypatch.setattr(sparse_kernel, "BREAK_EVEN_SMALL", {1: share - 0.05, 2: 1.0})
+    assert _which_ran(x, w, 0.5) == "dense"
+    assert _which_ran(x.expand(3, 64), w, 0.5) == "kernel"  # 3 tokens: the other entry
+    monkeypatch.setattr(sparse_kernel, "BREAK_EVEN_SMALL", {1: share + 0.05, 2: 1.0})
+    assert _which_ran(x, w, 0.5) == "kernel"
+    monkeypatch.setattr(sparse_kernel, "SMALL_MATRIX_BYTES", 40 * 64 * 4 - 1)
+    monkeypatch.setattr(sparse_kernel, "BREAK_EVEN_SMALL", {1: 0.0, 2: 0.0})
+    assert _which_ran(x, w, 0.5) == "kernel"  # not small: BREAK_EVEN (float32: 1.0)
+    out = sparse_kernel.project(x, w.t().contiguous(), 2 * w, None, 0.5)
+    assert torch.allclose(out, F.linear(torch.where(x.abs() <= 0.5, 0.0, x), w), atol=1e-5)
+
+
+def test_l2_cache_bytes_is_a_size():
+    """The gate's cache size: a positive byte count (the default where sysfs has none)."""
+    assert sparse_kernel.l2_cache_bytes() > 0
+    assert sparse_kernel.SMALL_MATRIX_BYTES == sparse_kernel.l2_cache_bytes()
 
 
 @pytest.mark.parametrize("gated", [False, True])

@@ -244,6 +244,11 @@ def _teal_ffn(ffn: FFN | GatedFFN, x: Tensor, thresholds: SiteThresholds, method
                                   (up_t, ffn.up.weight, ffn.up.bias)],
                               threshold=thresholds.ffn_input, backend=backend)
         h = ffn.act(g) * u
+    elif backend == "kernel" and method == "auto":  # "auto" checked the tensors: lean path
+        h = ffn.act(ffn.norm(sparse_kernel.project(x, up_t, ffn.up.weight, ffn.up.bias,
+                                                   thresholds.ffn_input)))
+        return sparse_kernel.project(h, down_t, ffn.down.weight, ffn.down.bias,
+                                     thresholds.down_input)
     else:
         u = sparse_linear(x, up_t, ffn.up.bias, threshold=thresholds.ffn_input,
                           weight=ffn.up.weight, backend=backend)
@@ -257,7 +262,7 @@ def _kernel_applies(method: str, x: Tensor, weight: Tensor) -> bool:
     kernel functions raise if it cannot; ``"auto"``: where it is built and fits)."""
     if method == "kernel":
         return True
-    return (method == "auto" and x.device.type == "cpu"
+    return (method == "auto" and x.is_cpu  # not x.device: a new object per call
             and x.dtype in (torch.float32, torch.bfloat16)
             and weight.dtype in (torch.float32, torch.bfloat16) and sparse_kernel.available())
 
@@ -368,14 +373,16 @@ def _ffn_forward(method: str, limits: SiteThresholds | None) -> Any:
 
     def forward(self: FFN | GatedFFN, x: Tensor) -> Tensor:
         caches = _caches(self)
-        teal = limits is not None
-        return sparse_ffn(
-            self, x, method=method, thresholds=limits,
-            down_t=caches.transposed("down", self.down.weight),
-            up_t=caches.transposed("up", self.up.weight) if teal else None,
-            gate_t=(caches.transposed("gate_proj", self.gate_proj.weight)
-                    if teal and isinstance(self, GatedFFN) else None),
-        )
+        down_t = caches.transposed("down", self.down.weight)
+        if limits is None:
+            return sparse_ffn(self, x, method=method, down_t=down_t)
+        # the TEAL form straight to its body: method and module type were checked on entry,
+        # and on small layers every call's Python work counts against the skipped rows
+        _check_inference(self)
+        gate_t = (caches.transposed("gate_proj", self.gate_proj.weight)
+                  if isinstance(self, GatedFFN) else None)
+        return _teal_ffn(self, x, limits, method, down_t,
+                         caches.transposed("up", self.up.weight), gate_t)
 
     return forward
 
@@ -413,7 +420,10 @@ class _Caches:
         self.by_name: dict[str, _TransposeCache] = {}
 
     def transposed(self, name: str, weight: Tensor) -> Tensor:
-        return self.by_name.setdefault(name, _TransposeCache()).get(weight)
+        cache = self.by_name.get(name)  # not setdefault: no new cache object per call
+        if cache is None:
+            cache = self.by_name[name] = _TransposeCache()
+        return cache.get(weight)
 
 
 def _caches(module: nn.Module) -> _Caches:

@@ -44,8 +44,10 @@ from actlab.errors import did_you_mean
 __all__ = [
     "BACKENDS",
     "BREAK_EVEN",
+    "BREAK_EVEN_SMALL",
     "DENSE_ABOVE",
     "ISAS",
+    "SMALL_MATRIX_BYTES",
     "SOURCE",
     "active_inputs",
     "available",
@@ -54,7 +56,9 @@ __all__ = [
     "extension",
     "gather_linear",
     "isa_supported",
+    "l2_cache_bytes",
     "masked",
+    "project",
     "sparse_linear",
     "sparse_linears",
     "sparse_rows",
@@ -75,6 +79,14 @@ BREAK_EVEN: dict[tuple[torch.dtype, int], float] = {
     (torch.float32, 1): 1.0, (torch.float32, 2): 1.0,
     (torch.bfloat16, 1): 1.0, (torch.bfloat16, 2): 0.89,
 }
+#: The same for a matrix small enough to stay in cache (at most :data:`SMALL_MATRIX_BYTES`),
+#: by tokens per call (1, or 2 and more), where the skipped rows save little and per-call
+#: costs decide. Measured by ``benchmarks/sparse_decode.py`` (``small_matrix_break_even``) on
+#: our GPT (FFN 128 x 512 float32, 256 KiB matrices), whole forward, TEAL at 40-90 %: the
+#: kernel against torch's dense product of the masked input ran the model 1.12-1.22x faster
+#: at one token (union 10-61 % active) and 1.11-1.27x at 8 tokens (37-98 % active), so dense
+#: never wins there: 1.0 (ours: 2-core AMD EPYC, one thread, 31 interleaved repeats).
+BREAK_EVEN_SMALL: dict[int, float] = {1: 1.0, 2: 1.0}
 #: Overrides :data:`BREAK_EVEN` for every call when set (``2.0``: never dense).
 DENSE_ABOVE: float | None = None
 
@@ -196,10 +208,22 @@ def sparse_linear(x: Tensor, weight_t: Tensor, bias: Tensor | None = None, *,
     limit = _limit(dense_above, weight_t, x)
     if not _dense_ok(x, weight, weight_t):
         limit = 2.0  # no dense kernel computes this: always the sparse one
-    outs, xm = ext.linear(x, [weight_t], [bias], threshold, limit, isa_number)
-    if outs:
-        return outs[0]
-    return _dense(x if xm is None else xm, weight_t, weight, bias)
+    # one C++ call whichever product runs: on small layers the per-call cost decides
+    return ext.linear_one(x, weight_t, weight, bias, threshold, limit, isa_number)
+
+
+def project(x: Tensor, weight_t: Tensor, weight: Tensor, bias: Tensor | None,
+            threshold: float) -> Tensor:
+    """:func:`sparse_linear` with the C++ kernel, ``weight`` given and no argument checks
+    beyond the kernel's own: the swapped FFN forwards' path, whose callers have checked the
+    backend. On a layer of our GPT's size a forward's FFNs cost tens of microseconds, so the
+    Python work per call matters (measured: the checked path cost ~5 % of the whole model)."""
+    ext = native._extensions[_NAME]
+    limit = 2.0
+    if x.dtype == weight.dtype:  # else no dense kernel computes this: always the sparse one
+        limit = dense_above(weight_t.dtype, x.numel() // x.shape[-1],
+                            weight_t.numel() * weight_t.element_size())
+    return ext.linear_one(x, weight_t, weight, bias, threshold, limit, -1)
 
 
 def sparse_linears(x: Tensor, layers: list[tuple[Tensor, Tensor, Tensor | None]], *,
@@ -230,19 +254,49 @@ def sparse_linears(x: Tensor, layers: list[tuple[Tensor, Tensor, Tensor | None]]
     return [_dense(xm, wt, w, b) for wt, w, b in layers]
 
 
-def dense_above(weight_dtype: torch.dtype, tokens: int) -> float:
+def dense_above(weight_dtype: torch.dtype, tokens: int, weight_bytes: int | None = None
+                ) -> float:
     """The active share above which the dense product is faster than the kernel, for weights
-    of ``weight_dtype`` and ``tokens`` per call (:data:`DENSE_ABOVE`, else :data:`BREAK_EVEN`;
-    1.0 for a dtype not in the table)."""
+    of ``weight_dtype`` and ``tokens`` per call: :data:`DENSE_ABOVE` when set; else, for a
+    matrix of at most :data:`SMALL_MATRIX_BYTES` (``weight_bytes``), :data:`BREAK_EVEN_SMALL`;
+    else :data:`BREAK_EVEN` (1.0 for a dtype not in the table)."""
     if DENSE_ABOVE is not None:
         return DENSE_ABOVE
-    return BREAK_EVEN.get((weight_dtype, 1 if tokens <= 1 else 2), 1.0)
+    bucket = 1 if tokens <= 1 else 2
+    if weight_bytes is not None and weight_bytes <= SMALL_MATRIX_BYTES:
+        return BREAK_EVEN_SMALL[bucket]
+    return BREAK_EVEN.get((weight_dtype, bucket), 1.0)
+
+
+def l2_cache_bytes(default: int = 1 << 20) -> int:
+    """One core's L2 cache in bytes as Linux reports it (sysfs), else ``default``."""
+    root = "/sys/devices/system/cpu/cpu0/cache"
+    try:
+        for entry in sorted(os.listdir(root)):
+            with open(f"{root}/{entry}/level") as f:
+                level = f.read().strip()
+            with open(f"{root}/{entry}/type") as f:
+                kind = f.read().strip()
+            if level == "2" and kind in ("Unified", "Data"):
+                with open(f"{root}/{entry}/size") as f:
+                    size = f.read().strip()
+                scale = {"K": 1 << 10, "M": 1 << 20}.get(size[-1:], 1)
+                return int(size.rstrip("KM")) * scale
+    except (OSError, ValueError):
+        pass
+    return default
+
+
+#: Matrices of at most this many bytes use :data:`BREAK_EVEN_SMALL`: one core's L2 cache as
+#: the OS reports it (ours: matrices that fit there are read at cache speed either way).
+SMALL_MATRIX_BYTES: int = l2_cache_bytes()
 
 
 def _limit(dense_above_arg: float | None, weight_t: Tensor, x: Tensor) -> float:
     if dense_above_arg is not None:
         return dense_above_arg
-    return dense_above(weight_t.dtype, x.numel() // max(x.shape[-1], 1))
+    return dense_above(weight_t.dtype, x.numel() // max(x.shape[-1], 1),
+                       weight_t.numel() * weight_t.element_size())
 
 
 def _dense(xm: Tensor, weight_t: Tensor, weight: Tensor | None, bias: Tensor | None) -> Tensor:

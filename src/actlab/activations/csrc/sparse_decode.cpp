@@ -16,7 +16,9 @@
 //    own nn.Linear layout (the up projection's rows behind a non-zero gate);
 //  * linear(x, wts, biases, threshold, dense_above): compact, then cols for each weight (one
 //    call for the gate and up projections of one input), unless more than dense_above of the
-//    inputs are active: then the masked input, for the caller's dense product.
+//    inputs are active: then the masked input, for the caller's dense product;
+//  * linear_one(x, wt, w, bias, threshold, dense_above): linear for one weight, running the
+//    dense product itself above dense_above (one call per projection from Python).
 //
 // Weights are float32 or bfloat16 (accumulated in float32); activations float32. Each loop is
 // compiled for AVX-512, AVX2 (x86 with GCC or Clang) and portable C++ (sparse_decode_body.h),
@@ -216,22 +218,49 @@ int64_t column_blocks(int64_t T, int64_t k, int64_t out) {
 
 }  // namespace
 
+// v's bits where v is kept (!(|v| <= thr): NaN is kept), else 0 (+0.0f); and as a float.
+// Branch-free on purpose: which entries fall under the threshold changes from call to call,
+// and a branch per entry mispredicts about as often as the share is near one half (measured
+// on our GPT's 8 x 512 down inputs: a branching mask took 3x the time of all-active ones).
+inline uint32_t kept_bits(float v, float thr) {
+  uint32_t u;
+  std::memcpy(&u, &v, sizeof u);
+  return u & (0u - static_cast<uint32_t>(!(std::fabs(v) <= thr)));
+}
+
+inline float kept(float v, float thr) {
+  const uint32_t u = kept_bits(v, thr);
+  float r;
+  std::memcpy(&r, &u, sizeof r);
+  return r;
+}
+
+// The union over the T tokens of x (T, n) of the inputs with !(|x| <= thr), ascending.
+// Branch-free (see kept_bits): a token-by-token OR of row flags, then a compaction that writes
+// every index and advances by its flag.
+std::vector<int64_t> union_active(const float* xp, int64_t T, int64_t n, float thr) {
+  std::vector<uint8_t> any(static_cast<size_t>(n), 0);
+  for (int64_t t = 0; t < T; ++t) {
+    const float* row = xp + t * n;
+    for (int64_t i = 0; i < n; ++i) any[i] |= static_cast<uint8_t>(!(std::fabs(row[i]) <= thr));
+  }
+  std::vector<int64_t> active(static_cast<size_t>(n));
+  int64_t k = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    active[k] = i;
+    k += any[i];
+  }
+  active.resize(static_cast<size_t>(k));
+  return active;
+}
+
 // Active inputs of x (T, in) and their kept values: idx (k,) ascending, xc (T, k).
 std::vector<Tensor> compact(const Tensor& x, double threshold) {
   check_activations(x, "compact");
   const int64_t T = x.size(0), n = x.size(1);
   const float thr = static_cast<float>(threshold);
   const float* xp = x.const_data_ptr<float>();
-  std::vector<int64_t> active;
-  active.reserve(n);
-  for (int64_t i = 0; i < n; ++i) {
-    for (int64_t t = 0; t < T; ++t) {
-      if (!(std::fabs(xp[t * n + i]) <= thr)) {
-        active.push_back(i);
-        break;
-      }
-    }
-  }
+  const std::vector<int64_t> active = union_active(xp, T, n, thr);
   const int64_t k = static_cast<int64_t>(active.size());
   Tensor idx = torch::empty({k}, x.options().dtype(at::kLong));
   std::copy(active.begin(), active.end(), idx.mutable_data_ptr<int64_t>());
@@ -239,8 +268,7 @@ std::vector<Tensor> compact(const Tensor& x, double threshold) {
   float* cp = xc.mutable_data_ptr<float>();
   for (int64_t t = 0; t < T; ++t) {
     for (int64_t j = 0; j < k; ++j) {
-      const float v = xp[t * n + active[j]];
-      cp[t * k + j] = std::fabs(v) <= thr ? 0.0f : v;
+      cp[t * k + j] = kept(xp[t * n + active[j]], thr);
     }
   }
   return {idx, xc};
@@ -315,6 +343,28 @@ Tensor rows(const Tensor& x, const Tensor& idx, const Tensor& w, int64_t isa) {
   return y;
 }
 
+// xc (T, k): the values of the active inputs, zero where |x| <= thr.
+std::vector<float> compacted(const float* xp, int64_t T, int64_t n,
+                             const std::vector<int64_t>& active, float thr) {
+  const int64_t k = static_cast<int64_t>(active.size());
+  std::vector<float> xc(static_cast<size_t>(T * k));
+  for (int64_t t = 0; t < T; ++t) {
+    for (int64_t j = 0; j < k; ++j) {
+      xc[t * k + j] = kept(xp[t * n + active[j]], thr);
+    }
+  }
+  return xc;
+}
+
+// mask(x) in x's shape and dtype, from flat (x as a float32 (T, n) matrix).
+Tensor masked_input(const Tensor& x, const Tensor& flat, float thr) {
+  const float* xp = flat.const_data_ptr<float>();
+  Tensor masked = torch::empty_like(flat);
+  float* mp = masked.mutable_data_ptr<float>();
+  for (int64_t i = 0; i < flat.numel(); ++i) mp[i] = kept(xp[i], thr);
+  return masked.to(x.scalar_type()).reshape(x.sizes());
+}
+
 // Several products of one input (the gate and up projections read the same x): with
 // mask(x) zero where |x| <= threshold, ys[i] = biases[i] + mask(x) @ wts[i] reading only the
 // rows of the active inputs. x is (..., n), float32 or bfloat16 (computed in float32), and
@@ -339,32 +389,14 @@ std::tuple<std::vector<Tensor>, Tensor> linear(const Tensor& x, const std::vecto
   const int64_t T = flat.size(0);
   const float thr = static_cast<float>(threshold);
   const float* xp = flat.const_data_ptr<float>();
-  std::vector<int64_t> active;  // the union of the tokens' active inputs, ascending
-  active.reserve(n);
-  for (int64_t i = 0; i < n; ++i) {
-    for (int64_t t = 0; t < T; ++t) {
-      if (!(std::fabs(xp[t * n + i]) <= thr)) {
-        active.push_back(i);
-        break;
-      }
-    }
-  }
+  const std::vector<int64_t> active = union_active(xp, T, n, thr);
   const int64_t k = static_cast<int64_t>(active.size());
   std::vector<Tensor> ys;
   if (static_cast<double>(k) > dense_above * static_cast<double>(n)) {
     if (threshold == 0.0) return {ys, Tensor()};
-    Tensor masked = torch::empty_like(flat);
-    float* mp = masked.mutable_data_ptr<float>();
-    for (int64_t i = 0; i < flat.numel(); ++i) mp[i] = std::fabs(xp[i]) <= thr ? 0.0f : xp[i];
-    return {ys, masked.to(x.scalar_type()).reshape(x.sizes())};
+    return {ys, masked_input(x, flat, thr)};
   }
-  std::vector<float> xc(static_cast<size_t>(T * k));
-  for (int64_t t = 0; t < T; ++t) {
-    for (int64_t j = 0; j < k; ++j) {
-      const float v = xp[t * n + active[j]];
-      xc[t * k + j] = std::fabs(v) <= thr ? 0.0f : v;
-    }
-  }
+  const std::vector<float> xc = compacted(xp, T, n, active, thr);
   std::vector<int64_t> shape(x.sizes().begin(), x.sizes().end());
   for (size_t i = 0; i < wts.size(); ++i) {
     Tensor bias;
@@ -383,6 +415,46 @@ std::tuple<std::vector<Tensor>, Tensor> linear(const Tensor& x, const std::vecto
   return {ys, Tensor()};
 }
 
+// One projection, the dense product included, in one call (on small layers the per-call cost
+// is what decides): y = bias + mask(x) @ wt reading only the active inputs' rows of wt (in,
+// out), or, when more than dense_above of the inputs are active, torch's dense product of
+// mask(x) in wt's dtype (on w, the nn.Linear layout, when given: as the unmodified layer
+// runs). x is (..., n), float32 or bfloat16; y is (..., out) in x's dtype (in wt's dtype when
+// the dense product runs, which the caller allows only where the two are equal).
+Tensor linear_one(const Tensor& x, const Tensor& wt, const c10::optional<Tensor>& w,
+                  const c10::optional<Tensor>& bias, double threshold, double dense_above,
+                  int64_t isa) {
+  TORCH_CHECK(x.dim() >= 1 && (x.scalar_type() == at::kFloat || x.scalar_type() == at::kBFloat16),
+              "linear: x must be float32 or bfloat16 with a feature dimension");
+  const int64_t n = x.size(-1);
+  TORCH_CHECK(wt.dim() == 2 && n == wt.size(0), "linear: x has ", n, " features, the weight has ",
+              wt.size(0), " rows");
+  check_weight(wt, "linear");
+  const Tensor flat = x.reshape({-1, n}).to(at::kFloat).contiguous();
+  const int64_t T = flat.size(0), out = wt.size(1);
+  const float thr = static_cast<float>(threshold);
+  const float* xp = flat.const_data_ptr<float>();
+  const std::vector<int64_t> active = union_active(xp, T, n, thr);
+  const int64_t k = static_cast<int64_t>(active.size());
+  const bool has_bias = bias.has_value() && bias->defined();
+  if (static_cast<double>(k) > dense_above * static_cast<double>(n)) {
+    const Tensor xm = (threshold == 0.0 ? x : masked_input(x, flat, thr)).to(wt.scalar_type());
+    if (w.has_value() && w->defined()) return at::linear(xm, *w, bias);
+    const Tensor y = at::matmul(xm, wt);
+    return has_bias ? y + *bias : y;
+  }
+  const std::vector<float> xc = compacted(xp, T, n, active, thr);
+  Tensor b;
+  if (has_bias) b = bias->to(at::kFloat).contiguous();
+  Tensor y = torch::empty({T, out}, flat.options());
+  run_cols(xc.data(), T, k, active.data(), wt,
+           bias_pointer(b.defined() ? c10::optional<Tensor>(b) : c10::nullopt, out, "linear"),
+           y.mutable_data_ptr<float>(), isa);
+  std::vector<int64_t> shape(x.sizes().begin(), x.sizes().end());
+  shape.back() = out;
+  return y.to(x.scalar_type()).reshape(shape);
+}
+
 std::vector<bool> supported() {
   return {isa_supported(kPortable), isa_supported(kAvx2), isa_supported(kAvx512)};
 }
@@ -392,6 +464,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("cols", &cols, "bias + xc @ wt[idx] (input-major weights)");
   m.def("rows", &rows, "x @ w[idx]^T (rows of nn.Linear-layout weights)");
   m.def("linear", &linear, "compact, then cols for each weight, or the masked input for dense");
+  m.def("linear_one", &linear_one, "one projection: the kernel, or the dense product above "
+        "dense_above");
   m.def("best_isa", &best_isa, "0 portable, 1 AVX2, 2 AVX-512: the best this CPU runs");
   m.def("supported", &supported, "per instruction set (portable, AVX2, AVX-512): supported");
 }
