@@ -64,6 +64,19 @@ def test_the_cpu_sizes_stay_the_defaults_and_the_plain_vit_has_no_paper_size():
         build_classifier("mlp", CIFAR, "relu", size="huge")
 
 
+def test_forward_flops_of_vit_b16_and_maxvit_t_are_torchvisions():
+    # torchvision's weights state "_ops" (GFLOPS, a multiply-add as one) for both models at
+    # 224 x 224: 17.564 (vit_b_16) and 5.558 (maxvit_t); ours counts a multiply-add as two
+    from actlab.nn.flops import forward_cost
+    from actlab.nn.maxvit import MaxViT, maxvit_config
+
+    with torch.device("meta"):
+        vit, maxvit = vit_base(), MaxViT(maxvit_config("maxvit-t"))
+    x = torch.empty(1, 3, 224, 224, device="meta")
+    assert forward_cost(vit, x)[0] / 2e9 == pytest.approx(17.564, abs=5e-4)
+    assert forward_cost(maxvit, x)[0] / 2e9 == pytest.approx(5.558, abs=5e-4)
+
+
 def test_vit_base_is_vit_b16_and_drop_path_spreads_linearly():
     with torch.device("meta"):
         model = vit_base()

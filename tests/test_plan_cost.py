@@ -45,6 +45,7 @@ def _families() -> dict[str, tuple[nn.Module, tuple]]:
     from actlab.nn.autoencoder import ConvAutoencoder
     from actlab.nn.dit import DiT, DiTConfig
     from actlab.nn.gpt import GPT, GPTConfig
+    from actlab.nn.maxvit import MaxViT, small_maxvit_config
     from actlab.nn.mlp import MLP
     from actlab.nn.residual_mlp import ResidualMLP
     from actlab.nn.resnet import ResNet
@@ -65,6 +66,8 @@ def _families() -> dict[str, tuple[nn.Module, tuple]]:
         "vit": (ViT(image_size=8, patch_size=2, in_channels=1, num_classes=10, dim=32, depth=2,
                     heads=2), (torch.randn(3, 1, 8, 8, generator=g),)),
         "resnet": (ResNet(3, 10, widths=(8, 16), blocks=1), (torch.randn(3, 3, 16, 16, generator=g),)),
+        "maxvit": (MaxViT(small_maxvit_config(16, 3, 10)),
+                   (torch.randn(2, 3, 16, 16, generator=g),)),
         "mlp": (MLP(64, 10, hidden=32, depth=3, activation="relu"),
                 (torch.randn(5, 64, generator=g),)),
         "residual-mlp": (ResidualMLP(5, 20, 3), (torch.randn(7, 5, generator=g),)),
@@ -80,6 +83,19 @@ def test_forward_flops_match_torchs_flop_counter(family, one_thread):
     model.eval()
     flops, _ = forward_cost(model, *inputs)
     assert flops > 0 and flops == _torch_count(model, *inputs)
+
+
+def test_a_learned_attention_bias_is_priced_on_the_meta_device():
+    # MaxViT's relative-position bias is a mask that needs its gradient, which the fused
+    # kernel pricing attention on meta does not take: the same FLOPs as on the CPU
+    from actlab.nn.maxvit import MaxViT, small_maxvit_config
+
+    x = torch.randn(2, 3, 16, 16)
+    on_cpu, _ = forward_cost(MaxViT(small_maxvit_config(16, 3, 10)), x)
+    with torch.device("meta"):
+        model = MaxViT(small_maxvit_config(16, 3, 10))
+    on_meta, saved = forward_cost(model, x.to("meta"))
+    assert on_meta == on_cpu and saved > 0
 
 
 def test_the_count_is_the_same_on_the_meta_device():

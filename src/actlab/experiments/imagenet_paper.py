@@ -7,8 +7,9 @@
   ``optim_factory.py``), which builds timm's ``vit_base_patch16_224`` and timm's training
   transform. Everything beyond the model, the data and the length is that code's, and says so.
 * :data:`ACCUMULATION_STOP` -- "Bug or Feature²" App. D.5's MaxViT-T: 60 epochs of AdamW at
-  6e-4 with weight decay 0.1 under OneCycleLR, RandAugment (N = 2, M = 9), App. D.1's
-  224 x 224 center crops and bfloat16; Accumulation Stop at §7's 50 % shift.
+  6e-4 with weight decay 0.1 under OneCycleLR (:data:`MAXVIT_TRAINING`), RandAugment (N = 2,
+  M = 9), App. D.1's 224 x 224 center crops and bfloat16; Accumulation Stop at §7's 50 %
+  shift.
 
 Both read ImageNet as an image folder with ``train/`` and ``val/`` class folders
 (:mod:`actlab.data.image_stream`), streamed: nothing holds the data set in memory.
@@ -99,8 +100,6 @@ MAXVIT_TRAINING: dict[str, Setting] = {
     "schedule": doc(BUG_OR_FEATURE, "App. D.5", "onecycle", "'under a OneCycleLR schedule': "
                     "PyTorch's defaults (its momentum cycle not applied, ours)"),
     "epochs": doc(BUG_OR_FEATURE, "App. D.5", 60, "'Training runs for 60 epochs'"),
-    "dtype": doc(BUG_OR_FEATURE, "App. D.1", "bfloat16", "'All models are trained in bfloat16 "
-                                                         "mixed precision'"),
 }
 
 ACCUMULATION_STOP = PaperPreset({
@@ -114,6 +113,8 @@ ACCUMULATION_STOP = PaperPreset({
     "randaugment": doc(BUG_OR_FEATURE, "App. D.5", "rand-n2-m9", "'RandAugment protocol (N=2, "
                        "M=9)'; timm's ops, each applied with probability 0.5 (ours)"),
     "q": doc(BUG_OR_FEATURE, "§7", 0.5, "'Given the 50% shift'"),
+    "dtype": doc(BUG_OR_FEATURE, "App. D.1", "bfloat16", "'All models are trained in bfloat16 "
+                                                         "mixed precision'"),
     "warmup": ours(50_000, "T_warm is stated for DiT-S/2 only ('T_warm=50,000 steps'); "
                            "App. D.5's four-phase protocol gives MaxViT's no length"),
     "batch_size": ours(128, "App. D.5 states none; App. D.1's 128 for its classification "

@@ -121,6 +121,10 @@ def _fused_attention(query: Tensor, key: Tensor, value: Tensor, attn_mask: Tenso
     if enable_gqa and key.shape[-3] != query.shape[-3]:  # repeat the shared heads
         repeat = query.shape[-3] // key.shape[-3]
         key, value = key.repeat_interleave(repeat, -3), value.repeat_interleave(repeat, -3)
+    if attn_mask is not None:
+        # a learned bias as the mask (MaxViT's relative positions): the kernel takes no
+        # gradient for it; its one (heads, T, T) copy is left out of the saved activations
+        attn_mask = attn_mask.detach()
     return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
         query, key, value, dropout_p, is_causal, attn_mask=attn_mask, scale=scale)[0]
 

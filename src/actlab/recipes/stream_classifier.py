@@ -71,14 +71,22 @@ def image_streams(root: str | Path, transform: ImageTransform, *, batch_size: in
 def train_on_stream(model: nn.Module, stream: ImageStream, settings: TrainSettings, *,
                     dist: DistInfo | None = None, callbacks: Sequence[Callback] = (),
                     on_step: Callable[[int, float], None] | None = None,
-                    progress: Callable[..., Iterable] | None = None) -> TrainResult:
+                    progress: Callable[..., Iterable] | None = None,
+                    dtype: torch.dtype | None = None) -> TrainResult:
     """Train ``model`` in place for ``settings.steps`` updates on ``stream``'s batches
     (``settings.batch_size`` is the stream's global batch). ``on_step(step, loss)`` runs after
-    each update with the 0-based step; a non-finite loss stops the run as ``diverged``."""
+    each update with the 0-based step; a non-finite loss stops the run as ``diverged``.
+    ``dtype``: the images (and soft targets) in that precision (a float64 model's)."""
     if settings.batch_size != stream.batch_size:
         raise ValueError(f"the settings' batch {settings.batch_size} is not the stream's "
                          f"{stream.batch_size}")
     rank, world = (dist.rank, dist.world_size) if dist is not None else (0, 1)
+
+    def batch(step: int) -> tuple[Tensor, Tensor]:
+        x, y = stream.batch(step, rank, world)
+        if dtype is None:
+            return x, y
+        return x.to(dtype), (y.to(dtype) if y.is_floating_point() else y)
 
     def loss_fn(m: nn.Module, batch: tuple[Tensor, Tensor]) -> Tensor:
         # class labels, or soft targets (N, classes): -sum_c t_c log softmax_c, batch mean
@@ -89,7 +97,7 @@ def train_on_stream(model: nn.Module, stream: ImageStream, settings: TrainSettin
     was_training = model.training
     try:
         trainer = Trainer(model if dist is None else wrap_model(model, dist),
-                          settings, lambda step: stream.batch(step, rank, world),
+                          settings, batch,
                           loss_fn=loss_fn, callbacks=[history, *callbacks, *extra],
                           progress=progress, dist=dist, sharded=True)
         result = trainer.fit()

@@ -21,6 +21,7 @@ against the run's steps when it starts.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -77,6 +78,7 @@ class AccumulationStopConfig(ClassifierScale):
     randaugment: str = ""  # a timm RandAugment config for the image folder ("": none)
     workers: int = checked(8, ge=1)
     eval_images: int = checked(0, ge=0)  # validation images measured (0: all)
+    dtype: str = checked("float32", choices=("float32", "bfloat16"))  # bfloat16: autocast
 
     def check(self) -> None:
         """The data folders, LayerNorm as the baseline, warm-up shorter than training."""
@@ -106,6 +108,7 @@ class AccumulationStopConfig(ClassifierScale):
             settings = maxvit_settings(self, n_train)
         else:
             settings = classifier_settings(self, kind, n_train)
+        settings = dataclasses.replace(settings, dtype=self.dtype)
         if not 0 < self.warmup < settings.steps:
             raise ConfigError("warmup", f"must be in (0, steps={settings.steps}), got "
                                         f"{self.warmup}")

@@ -69,8 +69,10 @@ def train_vit_folder(config: Any, activation: str, seed: int, result: UnitResult
             model = model.double()
         steps = config.total_steps(len(streams.train))
         checkpoints = set(analysis.log_steps(steps, config.log_points))
+        dtype = torch.float64 if config.dtype == "float64" else None
         probe_x = next(iter(streams.val.eval_batches(config.probe_images,
                                                      limit=config.probe_images)))[0]
+        probe_x = probe_x.to(dtype or probe_x.dtype)
 
         def checkpoint(updates: int) -> None:
             for split, stream, limit in (("train", streams.train, config.train_eval_images),
@@ -91,7 +93,7 @@ def train_vit_folder(config: Any, activation: str, seed: int, result: UnitResult
 
         checkpoint(0)
         outcome = train_on_stream(model, streams.train, config.settings(steps, len(streams.train)),
-                                  dist=dist, on_step=on_step, progress=progress)
+                                  dist=dist, on_step=on_step, progress=progress, dtype=dtype)
     finally:
         streams.close()
     if outcome.status == STATUS_DIVERGED:
