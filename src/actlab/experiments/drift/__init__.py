@@ -204,8 +204,8 @@ class Drift(Experiment):
         return result
 
     def workloads(self, config: DriftConfig, unit: dict[str, Any]) -> list:
-        """What one seed of a unit trains (``actlab plan``): the MLP, its probe's forward
-        passes not priced."""
+        """What one seed of a unit trains (``actlab plan``): the MLP and two passes over the
+        held-out set; the probe's forward passes are not priced."""
         from torch import empty
 
         from actlab.experiments.classifier_paper import cifar_shape
@@ -219,14 +219,12 @@ class Drift(Experiment):
         else:
             in_dim, out_dim, n_train, n_eval = config.in_dim, config.out_dim, config.n_random, 2048
         hidden = config.real_hidden if real and config.real_hidden else config.hidden
-        spec = DriftMLP(in_dim, out_dim, hidden=hidden, depth=config.depth,
-                        activation=unit["activation"], skip=unit["skip"], init="torch-default")
 
-        def build() -> Any:
+        def build() -> Any:  # the recipe's MLP; its initialisation costs nothing to price
             from actlab.nn.mlp import MLP
 
-            return MLP(in_dim, out_dim, hidden=spec.hidden, depth=spec.depth,
-                       activation=spec.activation, skip=spec.skip)
+            return MLP(in_dim, out_dim, hidden=hidden, depth=config.depth,
+                       activation=unit["activation"], skip=unit["skip"])
 
         return [Workload(f"mlp {in_dim}-{hidden}x{config.depth}", build,
                          lambda n: (empty(n, in_dim),), config.unit_steps(n_train),
