@@ -25,8 +25,11 @@ BUILT_IN = {n: c for n, c in list_experiments().items()
             if c.__module__.startswith("actlab.experiments")}
 
 
-# Modules a family of experiments shares (its summaries and figures), beside its packages.
-FAMILY_MODULES = ["dit_common.py"]  # the DiT pair: dit-shift and dit-percentile
+# Modules a family of experiments shares (its summaries, figures or paper presets), beside
+# its packages: the DiT pair's summaries, and the --paper presets that several experiments
+# build on (CIFAR-10 classifiers, ImageNet models, GPT-2/GPT-nano, DiT-B/2 and S/2).
+FAMILY_MODULES = ["classifier_paper.py", "dit_common.py", "dit_paper.py", "imagenet_paper.py",
+                  "lm_paper.py"]
 
 
 def test_only_packages_live_under_experiments():

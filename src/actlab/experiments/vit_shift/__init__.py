@@ -44,12 +44,13 @@ import pandas as pd
 import torch
 
 from actlab import analysis
-from actlab.device import place, to_model_device
+from actlab.device import place
 from actlab.errors import ConfigError
 from actlab.experiments.classifier_paper import epoch_steps
 from actlab.experiments.imagenet_paper import VIT_SHIFT, folder_shape, image_workload
 from actlab.experiments.vit_shift.claims import claims as summary_claims
 from actlab.experiments.vit_shift.figures import draw_figures
+from actlab.experiments.vit_shift.statistics import stream_statistics
 from actlab.experiments.vit_shift.summary import CONDITIONS, PREFIX, build_summary
 from actlab.runner.experiment import (
     STATUS_DIVERGED,
@@ -61,7 +62,7 @@ from actlab.runner.experiment import (
     register,
 )
 from actlab.runner.fields import CheckedConfig, checked
-from actlab.train.distributed import DistInfo, rank_slice
+from actlab.train.distributed import DistInfo
 from actlab.train.optim import OPTIMIZERS
 from actlab.train.settings import SCHEDULES, TrainSettings
 from actlab.train.supervised import torch_threads
@@ -153,39 +154,6 @@ class ViTShiftConfig(CheckedConfig):
                              batch_size=self.batch_size, weight_decay=self.weight_decay,
                              schedule=self.schedule, warmup=min(warmup, steps),
                              min_lr_ratio=self.min_lr_ratio, decay_vectors=self.decay_vectors)
-
-
-@torch.no_grad()
-def stream_statistics(model: Any, x: torch.Tensor,
-                      dist: DistInfo | None = None) -> dict[tuple[str, str], float]:
-    """``{(layer, metric): value}``: each block's ``hidden_mean`` and each activation's
-    ``act_mean`` over the images ``x``, measured by :class:`actlab.Probe` in eval mode (a
-    data-parallel rank measures its part of ``x``; the probe merges the ranks')."""
-    from actlab.probe.probe import Probe
-
-    if dist is not None:
-        x = x[rank_slice(len(x), dist)]
-
-    was_training = model.training
-    model.eval()
-    probe = Probe(model, every=[0], blocks=list(model.blocks), weights=False,
-                  metrics=["hidden_mean", "act_mean"])
-    try:
-        model(to_model_device(model, x))
-        probe.step()
-        table = probe.table()
-    finally:
-        probe.close()
-        model.train(was_training)
-    return {(_short(row.layer), row.metric): float(row.value) for row in table.itertuples()}
-
-
-def _short(layer: str) -> str:
-    """``blocks.3`` -> ``block3``, ``blocks.3.mlp.act`` -> ``act3``."""
-    parts = layer.split(".")
-    if len(parts) >= 2 and parts[0] == "blocks" and parts[1].isdigit():
-        return f"block{parts[1]}" if len(parts) == 2 else f"act{parts[1]}"
-    return layer
 
 
 def train_vit(config: ViTShiftConfig, activation: str, seed: int, data: Any,

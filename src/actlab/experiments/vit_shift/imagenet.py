@@ -58,7 +58,7 @@ def train_vit_folder(config: Any, activation: str, seed: int, result: UnitResult
                      progress: Any = None, dist: DistInfo | None = None) -> str:
     """Train one ViT with ``activation`` on the folder; add its checkpoint rows to
     ``result``; the status."""
-    from actlab.experiments.vit_shift import stream_statistics
+    from actlab.experiments.vit_shift.statistics import stream_statistics
     from actlab.recipes.stream_classifier import evaluate_stream, train_on_stream
 
     streams = folder_streams(config, seed)
