@@ -50,7 +50,7 @@ from actlab.experiments.classifier_paper import epoch_steps
 from actlab.experiments.imagenet_paper import VIT_SHIFT, folder_shape, image_workload
 from actlab.experiments.vit_shift.claims import claims as summary_claims
 from actlab.experiments.vit_shift.figures import draw_figures
-from actlab.experiments.vit_shift.statistics import stream_statistics
+from actlab.experiments.vit_shift.statistics import step_logger, stream_statistics
 from actlab.experiments.vit_shift.summary import CONDITIONS, PREFIX, build_summary
 from actlab.runner.experiment import (
     STATUS_DIVERGED,
@@ -182,12 +182,7 @@ def train_vit(config: ViTShiftConfig, activation: str, seed: int, data: Any,
         for (layer, metric), value in stream_statistics(model, data.x_test, dist).items():
             result.add(run, seed, updates, layer, metric, value)
 
-    def on_step(step: int, value: float) -> None:
-        updates = step + 1
-        if step % config.loss_every == 0 or updates == steps:
-            result.add(run, seed, updates, "", "batch_loss", value)
-        if updates in checkpoints:
-            checkpoint(updates)
+    on_step = step_logger(result, run, seed, steps, config.loss_every, checkpoints, checkpoint)
 
     checkpoint(0)
     settings = config.settings(steps, len(data.x_train))

@@ -58,7 +58,7 @@ def train_vit_folder(config: Any, activation: str, seed: int, result: UnitResult
                      progress: Any = None, dist: DistInfo | None = None) -> str:
     """Train one ViT with ``activation`` on the folder; add its checkpoint rows to
     ``result``; the status."""
-    from actlab.experiments.vit_shift.statistics import stream_statistics
+    from actlab.experiments.vit_shift.statistics import step_logger, stream_statistics
     from actlab.recipes.stream_classifier import evaluate_stream, train_on_stream
 
     streams = folder_streams(config, seed)
@@ -84,12 +84,7 @@ def train_vit_folder(config: Any, activation: str, seed: int, result: UnitResult
             for (layer, metric), value in stream_statistics(model, probe_x, dist).items():
                 result.add(run, seed, updates, layer, metric, value)
 
-        def on_step(step: int, value: float) -> None:
-            updates = step + 1
-            if step % config.loss_every == 0 or updates == steps:
-                result.add(run, seed, updates, "", "batch_loss", value)
-            if updates in checkpoints:
-                checkpoint(updates)
+        on_step = step_logger(result, run, seed, steps, config.loss_every, checkpoints, checkpoint)
 
         checkpoint(0)
         outcome = train_on_stream(model, streams.train, config.settings(steps, len(streams.train)),

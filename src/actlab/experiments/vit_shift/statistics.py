@@ -1,8 +1,9 @@
-"""The probe's per-block statistics of a ViT on a batch of images, for ``vit-shift``'s
-in-memory and streamed paths alike."""
+"""What ``vit-shift`` records while a ViT trains, for its in-memory and streamed paths
+alike: the probe's per-block statistics on a batch of images, and the per-step logger."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Collection
 from typing import Any
 
 import torch
@@ -42,3 +43,17 @@ def _short(layer: str) -> str:
     if len(parts) >= 2 and parts[0] == "blocks" and parts[1].isdigit():
         return f"block{parts[1]}" if len(parts) == 2 else f"act{parts[1]}"
     return layer
+
+
+def step_logger(result: Any, run: str, seed: int, steps: int, loss_every: int,
+                checkpoints: Collection[int], checkpoint: Callable[[int], None]
+                ) -> Callable[[int, float], None]:
+    """The trainer's ``on_step``: the batch loss every ``loss_every`` steps and at the last,
+    and ``checkpoint(updates)`` at the ``checkpoints`` (counted in updates done)."""
+    def on_step(step: int, value: float) -> None:
+        updates = step + 1
+        if step % loss_every == 0 or updates == steps:
+            result.add(run, seed, updates, "", "batch_loss", value)
+        if updates in checkpoints:
+            checkpoint(updates)
+    return on_step
