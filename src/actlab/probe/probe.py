@@ -329,8 +329,8 @@ class Probe(ProbeHooks, ProbeGrads, ProbeRecords):
     def _set_recording(self, due: bool) -> None:
         """Record the step now running or not: the Python flag for eager hooks, the device
         flag (the same graph input, no recompile) for traced ones."""
-        self._recording = due
-        self._flag = self._flags[due]
+        self._recording = bool(due)
+        self._flag = self._flags[self._recording]
 
     def _close_step(self, step: int) -> None:
         # Only list moves here: stacking and conversion wait for flush(), off the hot path.
