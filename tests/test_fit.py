@@ -44,3 +44,34 @@ def test_cliff_point_edge_cases_and_errors():
 def test_normalize_by_group_divides_by_group_max():
     out = normalize_by_group([0.5, 1.0, 0.2, 0.4], ["a", "a", "b", "b"])
     np.testing.assert_allclose(out, [0.5, 1.0, 0.5, 1.0])
+
+
+def test_indicator_fit_recovers_an_offset_per_mechanism():
+    from actlab.theory.fit import fit_cliff_indicator
+
+    s = np.tile(np.linspace(0.0, 0.98, 30), 2)
+    m = np.repeat([0.0, 1.0], 30)
+    a = 0.95 - 0.6 * s**8 - 0.07 * m  # Top-K points 0.07 lower at every sparsity
+    fit = fit_cliff_indicator(s, a, m)
+    assert (fit.A, fit.B, fit.N, fit.C) == pytest.approx((0.95, 0.6, 8.0, -0.07), rel=1e-3)
+    assert fit.r2 == pytest.approx(1.0, abs=1e-9)
+    plain = fit_cliff(s, a)
+    assert plain.r2 < 0.99  # the power law alone cannot place both curves
+
+
+def test_indicator_fit_nests_the_power_law():
+    from actlab.theory.fit import fit_cliff_indicator
+
+    rng = np.random.default_rng(1)
+    s = rng.uniform(0, 1, 60)
+    m = (rng.uniform(0, 1, 60) < 0.5).astype(float)
+    a = 0.97 - 0.5 * s**10 + rng.normal(0, 0.03, 60)  # no mechanism effect
+    plain, with_m = fit_cliff(s, a), fit_cliff_indicator(s, a, m)
+    assert with_m.r2 >= plain.r2 - 1e-12
+    assert with_m.r2 - plain.r2 < 0.05  # an indicator without effect explains noise only
+    resid = a - with_m.predict(s, m)
+    assert with_m.r2 == pytest.approx(1 - (resid**2).sum() / ((a - a.mean()) ** 2).sum())
+    with pytest.raises(ValueError, match="0 or 1"):
+        fit_cliff_indicator(s, a, m * 2)
+    with pytest.raises(ValueError, match="at least 4"):
+        fit_cliff_indicator(s[:3], a[:3], m[:3])

@@ -50,7 +50,11 @@ def test_sparsity_points_fit_and_claims(tmp_path):
     groups = {(p["model"], p["method"]) for p in points}
     for g in groups:
         assert max(p["normalized_accuracy"] for p in points if (p["model"], p["method"]) == g) == 1.0
+    mech = summary["mechanism_fit"]  # the indicator model nests the power law
+    assert mech["r2"] >= summary["r2"] - 1e-9 and mech["r2_power_law"] == summary["r2"]
+    assert mech["r2_gain"] == pytest.approx(mech["r2"] - summary["r2"])
     ids = {c.id for c in exp.claims(summary)}
+    assert "sparsity/all/mechanism-secondary" in ids
     assert "sparsity/percentile/centering-sets-sparsity" not in ids
     assert "sparsity/percentile/skip-more-robust" in ids
     assert (tmp_path / "figures" / "sparsity_cliff.png").exists()

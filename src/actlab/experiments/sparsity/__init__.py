@@ -19,6 +19,9 @@ learned shift), Top-K on its GELU. Each point records test accuracy (the GPT: va
 loss), the share of negative activation inputs and the measured sparsity (``|a| < 1e-7``). Accuracies are normalised by
 the best of their (model, method) group and ``a(s) = A - B s^N`` is fitted to all points
 (:func:`actlab.theory.fit.fit_cliff`); ``cliff_sparsity`` is where the fit is 10% below A.
+Beside it, ``mechanism_fit`` adds §4.1's mechanism indicator (``A + C m - B s^N``, ``m = 1``
+for Top-K; the additive form is ours, :func:`actlab.theory.fit.fit_cliff_indicator`) and
+reports both R² and that of the indicator alone.
 The frozen-threshold points stay out of the fit; they are compared with exact Top-K at the
 same (model, level): accuracy difference within ``frozen_tolerance``, a tolerance fixed in
 the config before any run (ours: about two binomial standard errors of a difference of two

@@ -37,6 +37,12 @@ PAPER = "bug-or-feature"
 PUBLISHED = {"A": 0.978, "B": 0.635, "N": 16.72, "r2": 0.565}
 PLATEAU_END = 0.7  # "performance remains nearly flat for moderate sparsity (s <~ 0.7)", §4.1
 HIGH_FROM = 0.9  # ours: where "beyond the plateau" is judged
+# §4.1: "adding a mechanism indicator to the power law model marginally improves R² from 0.565
+# to 0.618, the amount of sparsity remains the dominant determinant". Ours: the indicator may
+# add at most MAX_R2_GAIN to R² (about twice the published gain of 0.053), and the power law
+# must explain more than the indicator alone (each mechanism's mean) does.
+PUBLISHED_MECHANISM = {"r2_without": 0.565, "r2_with": 0.618}
+MAX_R2_GAIN = 0.10
 # Ours: our fit against the paper's, number by number. A (the normalised performance at zero
 # sparsity) within 0.05, the drop the plateau claim allows (its bar 0.95); B and N, the shape
 # of a loose fit (the paper's R² is 0.565, pooled over CIFAR, ImageNet and GPT; ours over the
@@ -91,6 +97,23 @@ def claims(summary: dict) -> list[Claim]:
                          within_factor(n["N"], n["published_N"], FIT_FACTOR)),
             source=PAPER, where="§4.1", numbers=n,
             quoted=("published_A", "published_B", "published_N")))
+    mech = summary.get("mechanism_fit")
+    if mech:
+        n = {**{f"published_{k}": v for k, v in PUBLISHED_MECHANISM.items()},
+             "max_gain": MAX_R2_GAIN, "r2": mech["r2_power_law"], "r2_with": mech["r2"],
+             "gain": mech["r2_gain"], "r2_indicator": mech["r2_indicator_only"], "C": mech["C"],
+             "n_points": mech["n_points"]}
+        specs.append(ClaimSpec(
+            id=claim_id("sparsity", "all", "mechanism-secondary"),
+            text="the sparsification mechanism is of secondary importance: a mechanism "
+                 "indicator added to the power law raises R² by at most {max_gain:g} (ours; "
+                 "published: {published_r2_without:.3f} -> {published_r2_with:.3f}) and the "
+                 "power law explains more than the indicator alone",
+            measured="R² {r2:.3f} -> {r2_with:.3f} (gain {gain:+.3f}, Top-K offset C={C:+.3f}); "
+                     "indicator alone {r2_indicator:.3f}; {n_points} points",
+            check=all_of(le(n["gain"], n["max_gain"]), gt(n["r2"], n["r2_indicator"])),
+            source=PAPER, where="§4.1", numbers=n,
+            quoted=("published_r2_without", "published_r2_with")))
     low = [p["normalized_accuracy"] for p in points
            if p["sparsity"] <= PLATEAU_END and "normalized_accuracy" in p]
     high = [p["normalized_accuracy"] for p in points

@@ -60,11 +60,34 @@ def build_summary(config: SparsityConfig, table: pd.DataFrame,
         fit = fit_cliff([p["sparsity"] for p in points], norm)
         summary.update({"A": fit.A, "B": fit.B, "N": fit.N, "r2": fit.r2,
                         "cliff_sparsity": fit.cliff_sparsity, "n_points": fit.n_points})
+        summary["mechanism_fit"] = mechanism_fit(points, norm, fit.r2)
         summary["per_model"] = per_model(points)
     else:
-        summary.update({"A": None, "B": None, "N": None, "r2": None, "cliff_sparsity": None})
+        summary.update({"A": None, "B": None, "N": None, "r2": None, "cliff_sparsity": None,
+                        "mechanism_fit": None})
     summary["points"] = sorted(points, key=lambda p: (p["model"], p["method"], p["level"]))
     return summary
+
+
+def mechanism_fit(points: list[dict[str, Any]], norm: np.ndarray, r2: float
+                  ) -> dict[str, Any] | None:
+    """§4.1's mechanism indicator added to the power law (:func:`~actlab.theory.fit.
+    fit_cliff_indicator`, ``m = 1`` for Top-K): its parameters and R² beside the power law's,
+    and the R² of the indicator alone (each mechanism's mean), which the sparsity term must
+    beat to stay "the dominant determinant". ``None`` unless both mechanisms have points."""
+    from actlab.theory.fit import fit_cliff_indicator, r_squared
+
+    m = np.array([1.0 if p["method"] == "topk" else 0.0 for p in points])
+    if len(points) < 4 or m.min() == m.max():
+        return None
+    fit = fit_cliff_indicator([p["sparsity"] for p in points], norm, m)
+    keep = np.isfinite(norm)
+    y, mk = np.asarray(norm, dtype=float)[keep], m[keep]
+    means = np.where(mk == 1, y[mk == 1].mean(), y[mk == 0].mean())
+    return {"A": fit.A, "B": fit.B, "N": fit.N, "C": fit.C, "r2": fit.r2,
+            "r2_power_law": r2, "r2_gain": fit.r2 - r2,
+            "r2_indicator_only": r_squared(y, means), "n_points": fit.n_points,
+            "indicator": "1 for Top-K, 0 for Percentile Centering"}
 
 
 def per_model(points: list[dict[str, Any]]) -> dict[str, Any]:
