@@ -157,9 +157,33 @@ def test_accumulation_stop_freezes_and_reports_ratios(tmp_path):
     # statistics were computed during warm-up only (10 steps), every step when dynamic
     assert entry["percentile-frozen"]["stat_computations"] == 10
     assert entry["percentile"]["stat_computations"] == 41  # 40 steps + 1 evaluation pass
-    assert len(exp.claims(summary)) == 3
+    # the drift of Fig. 12: same initial weights per seed, so the shifts differ only by training
+    assert all(math.isfinite(e["weight_mean_shift"]) for e in entry.values())
+    claims = {c.id: c for c in exp.claims(summary)}
+    assert len(claims) == 4
+    drift = claims["accumulation-stop/mlp/frozen-keeps-drift"]
+    frozen, dynamic = (entry[k]["weight_mean_shift"] for k in ("percentile-frozen", "percentile"))
+    assert drift.reference == pytest.approx(dynamic) and drift.value == pytest.approx(frozen)
+    assert drift.threshold == pytest.approx(0.25 * abs(dynamic))
     with pytest.raises(ConfigError, match="warmup"):
         build_config(exp.Config, {"warmup": 500, "steps": 100})
+
+
+def test_post_activation_linears_are_the_layers_reading_an_activation():
+    import torch
+
+    from actlab.data.digits import load_digits
+    from actlab.experiments.accumulation_stop.drift import mean_weight, post_activation_linears
+    from actlab.nn.classifiers import build_classifier
+
+    data = load_digits()
+    mlp = build_classifier("mlp", data, "relu", pre_norm="layernorm")
+    found = post_activation_linears(mlp, data.x_test[:4])
+    # Linear -> Norm -> Act blocks: every block after the input projection, and the head
+    assert found == [b.linear for b in mlp.blocks] + [mlp.head]
+    expected = torch.stack([m.weight.mean() for m in found]).mean()
+    assert mean_weight(found) == pytest.approx(float(expected))
+    assert math.isnan(mean_weight([]))
 
 
 def test_experiments_read_cifar_when_pointed_to_it(tmp_path):

@@ -12,6 +12,12 @@ baseline once frozen, quality within 2%. ``--set models=maxvit`` trains a small 
 (:mod:`actlab.nn.maxvit`, whose ``maxvit_config("maxvit-t")`` is the paper's MaxViT-T): the
 conditions' norms are its transformer pre-norms, its convolutions keep BatchNorm.
 
+Beside the speed, each run records its weight drift (App. B.1.4, Fig. 12: Accumulation Stop
+"does not disturb weight drift"): ``weight_mean_shift``, the change over training of the mean
+weight of the layers that read an activation's output
+(:mod:`actlab.experiments.accumulation_stop.drift`), compared between the frozen and the
+dynamic percentiles.
+
 ``image_dir=DIR`` trains on an image folder (``DIR/train``, ``DIR/val``; streamed, center
 crops of ``image_size`` with RandAugment ``randaugment``) instead of the digits or CIFAR-10,
 and ``training="paper"`` with ``size="paper"`` is App. D.5's MaxViT-T training (``--paper``:
@@ -31,6 +37,7 @@ import torch
 
 from actlab.errors import ConfigError
 from actlab.experiments.accumulation_stop.claims import claims as summary_claims
+from actlab.experiments.accumulation_stop.drift import mean_weight, post_activation_linears
 from actlab.experiments.accumulation_stop.figures import draw_figures
 from actlab.experiments.accumulation_stop.summary import build_summary
 from actlab.experiments.classifier_paper import ClassifierScale, classifier_settings
@@ -175,6 +182,10 @@ class AccumulationStop(Experiment):
             for seed in seeds:
                 model = build_classifier(unit["model"], data, activation, seed=seed,
                                          size=config.size, **norm_args)
+                # App. B.1.4's drift: the mean of the weights that read an activation's output
+                readers = post_activation_linears(model, data.x_test[:8]) \
+                    if streams is None else []
+                start_mean = mean_weight(readers)
                 # thread CPU time on the CPU, CUDA events on CUDA (see actlab.train.timing)
                 clock = StepClock()
                 clock.stamp()
@@ -205,6 +216,9 @@ class AccumulationStop(Experiment):
                 else:
                     accuracy = evaluate(model, data.x_test, data.y_test)["accuracy"]
                 result.add(run, seed, steps, "", "accuracy", accuracy)
+                if readers:
+                    result.add(run, seed, steps, "", "weight_mean_shift",
+                               mean_weight(readers) - start_mean)
                 pcs = norm_modules(model)
                 if pcs:
                     result.add(run, seed, steps, "", "stat_computations",

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 
-from actlab.runner.claims import ClaimSpec, claim_id, ge, gt, judge_all
+from actlab.runner.claims import ClaimSpec, claim_id, ge, gt, judge_all, within
 from actlab.runner.experiment import Claim
 
 PAPER = "bug-or-feature"
@@ -22,6 +22,11 @@ PAPER = "bug-or-feature"
 # the lowest of them, 1.00x); MaxViT-T's quality stays within 2% (relative) of its baseline.
 PUBLISHED = {"slowdown": 0.28, "speed_low": 1.00, "dit_high": 1.03, "maxvit_low": 1.09,
              "speed_high": 1.34, "quality_tol": 0.02}
+# App. B.1.4: "freezing normalization statistics with Accumulation Stop (§7) does not disturb
+# weight drift" (Fig. 12). Ours: the frozen run's drift (the change of the mean weight of the
+# layers that read an activation) equals the dynamic run's within DRIFT_TOL of the dynamic
+# drift's size, judged as an equivalence over paired seeds.
+DRIFT_TOL = 0.25
 
 
 def claims(summary: dict) -> list[Claim]:
@@ -65,4 +70,24 @@ def claims(summary: dict) -> list[Claim]:
                 measured="{acc_dynamic:.3f} -> {acc_frozen:.3f} ({rel:+.1%})",
                 check=gt(n["rel"], -n["quality_tol"]), source=PAPER, where="§7, App. B.4",
                 numbers=n, quoted=("quality_tol",)))
+        specs += drift_claims(model, frozen, dynamic)
     return judge_all(specs)
+
+
+def drift_claims(model: str, frozen: dict | None, dynamic: dict | None) -> list[ClaimSpec]:
+    """Fig. 12: Accumulation Stop leaves the weight drift of dynamic percentiles unchanged."""
+    if not (frozen and dynamic and "weight_mean_shift" in frozen
+            and "weight_mean_shift" in dynamic):
+        return []
+    n = {"tol": DRIFT_TOL, "frozen": frozen["weight_mean_shift"],
+         "dynamic": dynamic["weight_mean_shift"]}
+    n["margin"] = DRIFT_TOL * abs(n["dynamic"])
+    return [ClaimSpec(
+        id=claim_id("accumulation-stop", model, "frozen-keeps-drift"),
+        text=f"{model}: Accumulation Stop does not disturb the weight drift: the drift of the "
+             "layers reading an activation equals that under dynamic percentiles within "
+             "{tol:.0%} of its size (ours)",
+        measured="mean-weight shift: frozen {frozen:+.2e}, dynamic {dynamic:+.2e} (margin "
+                 "{margin:.1e})",
+        check=within(n["frozen"], n["dynamic"], n["margin"]),
+        source=PAPER, where="App. B.1.4, Fig. 12", numbers=n)]

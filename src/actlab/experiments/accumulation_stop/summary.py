@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from actlab.experiments.accumulation_stop import AccumulationStopConfig
 
 RATE_KEYS = ("steps_per_s", "steps_per_s_warmup", "steps_per_s_noise", "accuracy",
-             "stat_computations")
+             "stat_computations", "weight_mean_shift")
 
 
 def ratio_noise(entry: dict[str, float], base: dict[str, float]) -> float:
