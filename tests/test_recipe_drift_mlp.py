@@ -31,7 +31,7 @@ def _plain_loop(spec: DriftMLP, x, y, seed: int, lr: float, momentum: float):
     g = torch.Generator().manual_seed(seed)
     layers = model.linear_layers()
     saved = {0: {k: m.weight.detach().clone() for k, m in layers.items()}}
-    losses, order, pos = [], None, 0
+    losses, norms, order, pos = [], [], None, 0
     for step in range(1, STEPS + 1):
         if order is None or pos + BATCH > len(x):
             order, pos = torch.randperm(len(x), generator=g), 0
@@ -40,10 +40,11 @@ def _plain_loop(spec: DriftMLP, x, y, seed: int, lr: float, momentum: float):
         loss = 0.5 * (model(x[idx]) - y[idx]).pow(2).sum(1).mean()
         opt.zero_grad()
         loss.backward()
+        norms.append(float(torch.cat([p.grad.flatten() for p in model.parameters()]).norm()))
         opt.step()
         losses.append(float(loss.detach()))
         saved[step] = {k: m.weight.detach().clone() for k, m in layers.items()}
-    return model, saved, losses
+    return model, saved, losses, norms
 
 
 def test_record_steps_include_the_end():
@@ -71,7 +72,7 @@ def test_drift_and_losses_equal_a_plain_loop_and_its_saved_weights(momentum):
                              batch_size=BATCH, loss="half_sse")
     record = train_drift_mlp(x, y, spec, settings, seed=3, record_every=EVERY, loss_every=5,
                              x_eval=x)
-    model, saved, losses = _plain_loop(spec, x, y, 3, 0.05, momentum)
+    model, saved, losses, norms = _plain_loop(spec, x, y, 3, 0.05, momentum)
     assert record.status == "ok" and record.steps == STEPS
     for a, b in zip(record.model.parameters(), model.parameters()):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
@@ -79,6 +80,10 @@ def test_drift_and_losses_equal_a_plain_loop_and_its_saved_weights(momentum):
     assert [s for s, _ in record.losses] == [0, 5, 10, STEPS - 1]
     for step, value in record.losses:
         assert value == pytest.approx(losses[step], rel=1e-5)
+    # the norm of all weight gradients of the same updates (the plain loop's autograd)
+    assert [s for s, _ in record.grad_norms] == [0, 5, 10, STEPS - 1]
+    for step, value in record.grad_norms:
+        assert value == pytest.approx(norms[step], rel=1e-5)
     probe = {(s, layer, m): v for s, layer, m, v in record.probe}
     for step in record_steps(STEPS, EVERY):
         for layer, w in saved[step].items():
@@ -171,3 +176,18 @@ def test_describe_drift_averages_the_saved_weights_over_seeds():
     sparsity = [r.final[""]["sparsity"] for r in records.values()]
     assert summary["final_sparsity"] == pytest.approx(sum(sparsity) / 2)
     assert summary["preact_grad_mean_sign"] in (-1, 0, 1)
+
+
+def test_input_noise_perturbs_training_batches_only():
+    x, y = _data()
+    spec = DriftMLP(8, 3, hidden=16, depth=2)
+    settings = TrainSettings(optimizer="sgd", lr=0.05, steps=6, batch_size=BATCH, loss="half_sse")
+    clean = train_drift_mlp(x, y, spec, settings, seed=0, record_every=3, loss_every=1, x_eval=x)
+    noisy = train_drift_mlp(x, y, spec, settings, seed=0, record_every=3, loss_every=1, x_eval=x,
+                            input_noise=0.5)
+    again = train_drift_mlp(x, y, spec, settings, seed=0, record_every=3, loss_every=1, x_eval=x,
+                            input_noise=0.5)
+    # same initial weights and first batch: the first loss differs only by the noise
+    assert noisy.losses[0][1] != pytest.approx(clean.losses[0][1], rel=1e-3)
+    assert noisy.losses == again.losses  # the noise is seeded
+    assert set(noisy.final) == set(clean.final)  # held-out statistics on clean inputs

@@ -81,7 +81,8 @@ class DriftRecord:
     """What one run of :func:`train_drift_mlp` measured.
 
     ``losses``: ``(step, batch loss)`` after 0-based update ``step``, every ``loss_every``
-    updates and the last one. ``probe``: ``(step, layer, metric, value)`` with ``layer`` the
+    updates and the last one; ``grad_norms``: ``(step, norm)`` of all weight gradients of
+    that update together, at the same steps. ``probe``: ``(step, layer, metric, value)`` with ``layer`` the
     depth label (``layer1`` .. ``layer{depth+2}``), finite values only. ``final``: per depth
     label (``""`` for the mean over sites) the held-out ``preact_neg_frac`` and ``sparsity``;
     empty after a diverged run or without ``x_eval``. ``test_accuracy``: cross-entropy runs
@@ -92,16 +93,18 @@ class DriftRecord:
     steps: int
     model: MLP
     losses: list[tuple[int, float]] = field(default_factory=list)
+    grad_norms: list[tuple[int, float]] = field(default_factory=list)
     probe: list[tuple[int, str, str, float]] = field(default_factory=list)
     final: dict[str, dict[str, float]] = field(default_factory=dict)
     test_accuracy: float | None = None
 
     def rows(self) -> list[tuple[int, str, str, float]]:
         """The record as ``(step, layer, metric, value)`` rows of a tidy table, ``layer`` ``""``
-        for model-wide values: ``loss``, the probe's metrics, then ``final_neg_frac``,
+        for model-wide values: ``loss``, ``weight_grad_norm``, the probe's metrics, then ``final_neg_frac``,
         ``final_sparsity`` (and ``test_accuracy``) at the last step; a diverged run ends
         with a ``nan`` loss at the step it stopped instead."""
         out = [(step, "", "loss", value) for step, value in self.losses]
+        out += [(step, "", "weight_grad_norm", value) for step, value in self.grad_norms]
         out += self.probe
         if self.status == STATUS_DIVERGED:
             return [*out, (self.steps, "", "loss", math.nan)]
@@ -121,25 +124,65 @@ def record_steps(steps: int, every: int) -> list[int]:
 def train_drift_mlp(x: Tensor, y: Tensor, spec: DriftMLP, settings: TrainSettings, *,
                     seed: int, record_every: int = 100, loss_every: int = 10,
                     x_eval: Tensor | None = None, y_eval: Tensor | None = None,
+                    input_noise: float = 0.0,
                     progress: Callable[..., Iterable] | None = None) -> DriftRecord:
-    """Train ``spec``'s MLP on ``(x, y)`` with ``settings`` and record its drift (module doc)."""
+    """Train ``spec``'s MLP on ``(x, y)`` with ``settings`` and record its drift (module doc).
+
+    ``input_noise`` > 0 adds fresh Gaussian noise of that standard deviation to every training
+    batch's inputs (drawn from a generator seeded with ``seed``), so the network cannot
+    memorise a small training set; held-out statistics see clean inputs.
+    """
     torch.manual_seed(seed)  # noise of noisy_relu
     model = spec.build(seed)
     names = model.layer_names()
     probe = Probe(model, every=record_steps(settings.steps, record_every),
                   metrics=list(PROBE_METRICS))
     losses: list[tuple[int, float]] = []
+    grad_norms: list[tuple[int, float]] = []
+
+    def logged(step: int) -> bool:
+        return step % loss_every == 0 or step == settings.steps - 1
+
+    # The engine zeroes the gradients before on_step runs: hooks on the weights sum their
+    # squares during the backward pass of a logged update instead.
+    squares: list[Tensor] = []
+    want = [logged(0)]
+
+    def keep(grad: Tensor) -> None:
+        if want[0]:
+            squares.append(grad.detach().pow(2).sum())
+
+    handles = [p.register_hook(keep) for p in model.parameters() if p.requires_grad]
 
     def on_step(step: int, value: float) -> None:
         probe.step()
-        if step % loss_every == 0 or step == settings.steps - 1:
+        if logged(step):
             losses.append((step, value))
+            if squares:
+                grad_norms.append((step, float(torch.stack(squares).sum().sqrt())))
+        squares.clear()
+        want[0] = logged(step + 1)
 
-    outcome = train(model, x, y, settings, generator=torch.Generator().manual_seed(seed),
-                    on_step=on_step, progress=progress)
+    loss_fn = None
+    if input_noise > 0:
+        from actlab.nn.losses import get_loss
+
+        criterion, noise = get_loss(settings.loss), torch.Generator().manual_seed(seed + 7919)
+
+        def loss_fn(m: torch.nn.Module, batch: tuple[Tensor, Tensor]) -> Tensor:
+            inputs, targets = batch
+            jitter = torch.randn(inputs.shape, generator=noise, dtype=inputs.dtype)
+            return criterion(m(inputs + input_noise * jitter.to(inputs.device)), targets)
+
+    try:
+        outcome = train(model, x, y, settings, generator=torch.Generator().manual_seed(seed),
+                        on_step=on_step, progress=progress, loss_fn=loss_fn)
+    finally:
+        for handle in handles:
+            handle.remove()
     table = probe.table()
     probe.close()
-    record = DriftRecord(outcome.status, outcome.steps, model, losses)
+    record = DriftRecord(outcome.status, outcome.steps, model, losses, grad_norms)
     record.probe = [(int(r.step), names.get(r.layer, r.layer), r.metric, float(r.value))
                     for r in table.itertuples() if math.isfinite(r.value)]
     if outcome.status == STATUS_DIVERGED or x_eval is None:
@@ -161,7 +204,9 @@ def describe_drift(df: pd.DataFrame, last_hidden: int) -> dict[str, Any]:
     (its mean, sign and covariance term) and over training; ``sparsity_start``/``_end``,
     the ``final_*`` eval statistics and ``test_accuracy``; ``drift_z_final`` of the hidden
     layers 2..; ``final_loss``: the mean loss of the last 50 steps. Missing or non-finite
-    values are ``None``.
+    values are ``None``. ``grad_norm_peak_step``: the update whose weight-gradient norm
+    (the seeds' mean) peaks; ``grad_norm_late_over_peak``: that curve's mean over the second
+    half of training over its peak.
     """
     depth = df["layer"].map(layer_number)
     shifts = change_per_layer(df, "weight_mean")
@@ -196,6 +241,15 @@ def describe_drift(df: pd.DataFrame, last_hidden: int) -> dict[str, Any]:
     z = later_drift_z(df, last_hidden)
     if len(z):
         out["drift_z_final"] = mean_value(at_step(z, "last"))
+    norms = df[(df["metric"] == "weight_grad_norm") & (df["layer"] == "")]
+    if len(norms):
+        # the seeds' mean curve: where its peak falls, and how far its second half decays
+        curve = norms.groupby("step")["value"].mean()
+        peak = float(curve.max())
+        late = curve[curve.index >= curve.index.max() / 2]
+        out["grad_norm_peak_step"] = int(curve.idxmax())
+        out["grad_norm_late_over_peak"] = finite_or_none(float(late.mean()) / peak) \
+            if peak > 0 else None
     loss = df[df["metric"] == "loss"].sort_values("step")
     if len(loss):
         out["final_loss"] = mean_value(loss[loss["step"] >= loss["step"].max() - 50])

@@ -17,7 +17,11 @@ seed, so runs are paired):
   App. B.1.3 (with He init the residual sum grows with depth and SGD diverges);
 * ``digits``: real images, cross-entropy, Adam (lr 1e-3, as the paper's App. D.2): the
   digits, or CIFAR-10 when ``cifar_dir`` is set (``real_hidden`` > 0: that width instead of
-  ``hidden``, ``digits_weight_decay``: Adam's weight decay);
+  ``hidden``, ``digits_weight_decay``: Adam's weight decay), He init;
+* ``digits-default-init``: the same with PyTorch's default init (``compare_init``): the paper
+  never states its initialisation, so the real-data drift is reported under both, first;
+* ``digits-skip``: the real-data MLP with skip connections (App. B.1.3's Fig. 9 pair);
+  the two side conditions train ``real_extra_activations`` only;
 * ``sweep``: SGD / SGD+momentum / Adam at two learning rates each (relu, gelu).
 
 The weight layers are ``layer1`` (input projection, sees the data) .. ``layer6`` (hidden)
@@ -26,7 +30,11 @@ the paper's argument concerns layers whose output passes an activation, which th
 does not (its shift is reported separately as ``mean_shift_output_layer``).
 
 ``epochs`` > 0 trains every condition for that many passes over its data (``n // batch_size``
-steps a pass) instead of ``steps`` updates. ``--paper`` is App. D.2's setting
+steps a pass) instead of ``steps`` updates; ``real_epoch_size`` > 0 counts the real-data
+conditions' passes over that many examples instead (50000: as many steps as CIFAR-10's
+epochs take, 5 x 390 = 1,950 at batch 128, on the digits). The real data's centring, input
+dimension, classes and input noise are the ablation's fields (``real_*``,
+:mod:`actlab.experiments.drift.real_data`). ``--paper`` is App. D.2's setting
 (:data:`~actlab.experiments.classifier_paper.DRIFT`): random data at width 128 with SGD and
 CIFAR-10 at width 1024 with Adam, 5 epochs each, 5 runs.
 """
@@ -39,9 +47,11 @@ from typing import Any
 import pandas as pd
 from torch import Tensor
 
+from actlab.errors import ConfigError
 from actlab.experiments.classifier_paper import DRIFT, epoch_steps
 from actlab.experiments.drift.claims import claims as drift_claims
 from actlab.experiments.drift.figures import draw_figures
+from actlab.experiments.drift.real_data import CENTRINGS, LIFTS, check_real_data, load_real
 from actlab.experiments.drift.summary import DriftRun, build_summary, parse_sweep_item, run_name
 from actlab.recipes.drift_mlp import DriftMLP, train_drift_mlp
 from actlab.recipes.image_classifier import check_cifar_dir
@@ -59,7 +69,9 @@ from actlab.train.optim import OPTIMIZERS
 from actlab.train.settings import TrainSettings
 from actlab.train.supervised import torch_threads
 
-CONDITIONS = ("main", "default-init", "skip", "digits", "sweep")
+CONDITIONS = ("main", "default-init", "skip", "digits", "digits-default-init", "digits-skip",
+              "sweep")
+REAL_CONDITIONS = ("digits", "digits-default-init", "digits-skip")
 
 
 @dataclass
@@ -99,33 +111,43 @@ class DriftConfig(CheckedConfig):
     cifar_limit: int = checked(0, ge=0)  # first N CIFAR training images (0: all)
     real_hidden: int = checked(0, ge=0)  # > 0: the real-data condition's width
     digits_weight_decay: float = checked(0.0, ge=0)
+    # the real-data ablation (real_data.py); the defaults leave the data as loaded
+    real_extra_activations: list[str] = checked(default_factory=lambda: ["relu"],
+                                                spec="activation")
+    real_epoch_size: int = checked(0, ge=0)  # > 0: real-data epochs count this many examples
+    real_centring: str = checked("global", choices=CENTRINGS)
+    real_input_dim: int = checked(0, ge=0)  # > 0: inputs lifted to this dimension
+    real_lift: str = checked("upsample", choices=LIFTS)
+    real_classes: int = checked(0, ge=0)  # > 0: only the first k classes
+    real_noise: float = checked(0.0, ge=0)  # std of fresh Gaussian noise on training inputs
 
     def check(self) -> None:
-        """Every sweep item must read as ``optimizer:lr``; the CIFAR folder must hold it."""
+        """Every sweep item must read as ``optimizer:lr``; the CIFAR folder must hold it; the
+        real data must take the lift; epochs of ``real_epoch_size`` need ``epochs``."""
         for item in self.sweep:
             parse_sweep_item(item)
         check_cifar_dir(self.cifar_dir)
+        check_real_data(self)
+        if self.real_epoch_size and not self.epochs:
+            raise ConfigError("real_epoch_size", "counts epochs: set epochs > 0 as well")
 
-    def unit_steps(self, n_train: int) -> int:
-        """Updates of a condition whose data has ``n_train`` examples."""
+    def unit_steps(self, n_train: int, real: bool = False) -> int:
+        """Updates of a condition whose data has ``n_train`` examples (``real``: a real-data
+        condition, whose epochs count ``real_epoch_size`` examples when that is set)."""
         if not self.epochs:
             return self.steps
+        if real and self.real_epoch_size:
+            n_train = self.real_epoch_size
         return max(1, round(self.epochs * epoch_steps(n_train, self.batch_size)))
 
 
 def unit_data(unit: dict[str, Any], config: DriftConfig,
               seed: int) -> tuple[Tensor, Tensor, Tensor, Tensor, int, int, str]:
     """Training and held-out data of a unit: ``x, y, x_eval, y_eval, in_dim, out_dim, loss``."""
-    from actlab.data.digits import load_digits
     from actlab.data.random_pairs import random_pairs
 
     if unit["data"] == "digits":
-        from actlab.data.images import load_image_data
-
-        data = load_image_data(config.cifar_dir, config.cifar_limit or None) \
-            if config.cifar_dir else load_digits()
-        return (data.x_train.flatten(1), data.y_train, data.x_test.flatten(1), data.y_test,
-                data.in_features, data.num_classes, "cross_entropy")
+        return (*load_real(config), "cross_entropy")
     x, y = random_pairs(config.n_random, config.in_dim, config.out_dim, seed=seed)
     x_eval, y_eval = random_pairs(2048, config.in_dim, config.out_dim, seed=seed + 100_000)
     return x, y, x_eval, y_eval, config.in_dim, config.out_dim, "half_sse"
@@ -164,14 +186,17 @@ class Drift(Experiment):
                         units.append({**base, "condition": "sweep", "activation": act,
                                       "optimizer": opt, "lr": lr})
                 continue
-            for act in config.activations:
+            side = condition in ("digits-default-init", "digits-skip")
+            for act in config.real_extra_activations if side else config.activations:
                 unit = {**base, "condition": condition, "activation": act}
-                if condition == "default-init":
+                if condition in REAL_CONDITIONS:
+                    unit.update(data="digits", optimizer=config.digits_optimizer, lr=config.digits_lr)
+                if condition in ("default-init", "digits-default-init"):
                     unit["init"] = config.compare_init
                 elif condition == "skip":
                     unit.update(skip=True, optimizer=config.skip_optimizer, lr=config.skip_lr)
-                elif condition == "digits":
-                    unit.update(data="digits", optimizer=config.digits_optimizer, lr=config.digits_lr)
+                elif condition == "digits-skip":
+                    unit["skip"] = True
                 units.append(unit)
         return units
 
@@ -189,14 +214,15 @@ class Drift(Experiment):
                                 activation=unit["activation"], skip=unit["skip"],
                                 init=unit["init"])
                 settings = TrainSettings(optimizer=unit["optimizer"], lr=unit["lr"],
-                                         steps=config.unit_steps(len(x)),
+                                         steps=config.unit_steps(len(x), real),
                                          batch_size=config.batch_size, loss=loss,
                                          weight_decay=config.digits_weight_decay if real
                                          else 0.0)
                 record = train_drift_mlp(x, y, spec, settings, seed=seed,
                                          record_every=config.record_every,
                                          loss_every=config.loss_every, x_eval=x_eval,
-                                         y_eval=y_eval, progress=ctx.progress)
+                                         y_eval=y_eval, progress=ctx.progress,
+                                         input_noise=config.real_noise if real else 0.0)
                 for row in record.rows():
                     result.add(run, seed, *row)
                 if record.status == STATUS_DIVERGED:
@@ -214,7 +240,8 @@ class Drift(Experiment):
         real = unit["data"] == "digits"
         if real:
             data = cifar_shape(config)
-            in_dim, out_dim, n_train, n_eval = (data.in_features, data.num_classes,
+            in_dim, out_dim, n_train, n_eval = (config.real_input_dim or data.in_features,
+                                                config.real_classes or data.num_classes,
                                                 data.n_train, data.n_test)
         else:
             in_dim, out_dim, n_train, n_eval = config.in_dim, config.out_dim, config.n_random, 2048
@@ -227,7 +254,7 @@ class Drift(Experiment):
                        activation=unit["activation"], skip=unit["skip"])
 
         return [Workload(f"mlp {in_dim}-{hidden}x{config.depth}", build,
-                         lambda n: (empty(n, in_dim),), config.unit_steps(n_train),
+                         lambda n: (empty(n, in_dim),), config.unit_steps(n_train, real),
                          config.batch_size, unit["optimizer"], eval_samples=2 * n_eval,
                          sample="example")]
 

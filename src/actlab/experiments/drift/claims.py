@@ -14,19 +14,35 @@ import numpy as np
 
 from actlab.analysis import layer_number
 from actlab.experiments.drift.summary import parse_sweep_item
-from actlab.runner.claims import ClaimSpec, all_of, claim_id, gt, judge_all, lt
+from actlab.runner.claims import (
+    ClaimSpec,
+    all_of,
+    claim_id,
+    gt,
+    judge_all,
+    le,
+    lt,
+    within,
+)
 from actlab.runner.experiment import Claim
 from actlab.train.optim import OPTIMIZERS
 
 NAME = "drift"
 POSITIVE = ("relu", "gelu", "silu", "noisy_relu", "sugar")  # positively biased activations
 PAPER = "bug-or-feature"
+SHORT = "bug-or-feature-short"
+# the short version has no numbered sections: its random-data paragraph, by its figure
+SHORT_RANDOM = "random-data paragraph (\"Drift is intrinsic to optimization\"), Fig. 4"
+FIG9 = "App. B.1.3, Fig. 9"
 
 
 def claims(summary: dict) -> list[Claim]:
     """Drift sign per activation, tanh, gradient sign, sparsity, NoisyReLU/SUGAR vs ReLU."""
     acts = summary.get("activations", {})
-    specs = [_drift_negative(act, acts[act]) for act in POSITIVE
+    relu = acts.get("relu")
+    # the real-data drift under both initialisations comes first (the paper states none)
+    specs = _real_data_claims(relu) if relu else []
+    specs += [_drift_negative(act, acts[act]) for act in POSITIVE
              if acts.get(act) and "mean_shift_later_layers" in acts[act]]
     positive_shifts = [abs(acts[act]["mean_shift_later_layers"]) for act in POSITIVE
                        if acts.get(act) and acts[act].get("mean_shift_later_layers") is not None]
@@ -36,9 +52,13 @@ def claims(summary: dict) -> list[Claim]:
                                     float(np.median(positive_shifts))))
     specs += [_positive_gradient(act, acts[act]) for act in ("relu", "gelu", "silu")
               if acts.get(act) and acts[act].get("preact_grad_mean_init") is not None]
-    relu = acts.get("relu")
     if relu:
         specs += _relu_conditions(relu)
+        specs += _depth_order(relu)
+        specs += _fig9(relu)
+    specs += _weaker_than_relu(acts)
+    specs += _transients(acts)
+    specs += _noisy_relu_drifts_most(acts)
     for act in ("noisy_relu", "sugar"):
         e = acts.get(act)
         if e and e.get("loss_gap_vs_relu") is not None:
@@ -99,8 +119,7 @@ def _positive_gradient(act: str, e: dict) -> ClaimSpec:
 def _relu_conditions(relu: dict) -> list[ClaimSpec]:
     """ReLU's sparsity, and its drift on digits, with PyTorch's default init and with skips."""
     specs = []
-    for cond, label, where in (("main", "random data", "§4"),
-                               ("digits", "digits", "App. B.1.3")):
+    for cond, label, where in (("main", "random data", "§4"),):
         e = relu if cond == "main" else relu.get("digits")
         if e and e.get("sparsity_start") is not None and e.get("sparsity_end") is not None:
             n = {"start": e["sparsity_start"], "end": e["sparsity_end"], "margin": 0.02}
@@ -111,15 +130,6 @@ def _relu_conditions(relu: dict) -> list[ClaimSpec]:
                 measured="{start:.3f} -> {end:.3f}",
                 check=gt(n["end"], n["start"] + n["margin"]), source=PAPER, where=where,
                 numbers=n))
-    dg = relu.get("digits")
-    if dg and dg.get("mean_shift_later_layers") is not None:
-        n = {"shift": dg["mean_shift_later_layers"]}
-        specs.append(ClaimSpec(
-            id=claim_id(NAME, "relu", "digits", "drift-negative"),
-            text="relu on real data (digits, cross-entropy, Adam): weights of layers 2-6 drift "
-                 "negative",
-            measured="{shift:+.2e}", check=lt(n["shift"], 0.0), source=PAPER,
-            where="App. B.1.3, App. D.2 (CIFAR-10)", numbers=n))
     di = relu.get("default-init")
     if (di and relu.get("mean_shift_later_layers") is not None
             and di["mean_shift_later_layers"] is not None):
@@ -189,3 +199,178 @@ def _diverged_text(sweep: dict, settings: tuple[str, ...] | list[str]) -> str:
     lost = [f"{k} ({sweep[k].get('diverged_seeds', '?')} seeds diverged)" for k in settings
             if sweep.get(k, {}).get("drift_z_final") is None]
     return "no finished run: " + ", ".join(lost)
+
+
+def _real_data_claims(relu: dict) -> list[ClaimSpec]:
+    """ReLU on real data: drift negative and sparsity rising, under He init and under
+    PyTorch's default init (the document states no initialisation)."""
+    specs = []
+    for cond, init in (("digits", "He init"), ("digits-default-init", "PyTorch's default init")):
+        e = relu.get(cond)
+        if not e:
+            continue
+        if e.get("mean_shift_later_layers") is not None:
+            n = {"shift": e["mean_shift_later_layers"]}
+            specs.append(ClaimSpec(
+                id=claim_id(NAME, "relu", cond, "drift-negative"),
+                text=f"relu on real data (digits, cross-entropy, Adam), {init}: weights of the "
+                     "hidden layers 2.. drift negative",
+                measured="{shift:+.2e}", check=lt(n["shift"], 0.0), source=PAPER,
+                where="App. B.1.3, App. D.2 (CIFAR-10)", numbers=n))
+        if e.get("sparsity_start") is not None and e.get("sparsity_end") is not None:
+            n = {"start": e["sparsity_start"], "end": e["sparsity_end"], "margin": 0.02}
+            specs.append(ClaimSpec(
+                id=claim_id(NAME, "relu", cond, "sparsity-rises"),
+                text=f"relu without norm, real data, {init}: sparsity rises over training (by > "
+                     "{margin:g})",
+                measured="{start:.3f} -> {end:.3f}",
+                check=gt(n["end"], n["start"] + n["margin"]), source=PAPER,
+                where="App. B.1.3", numbers=n))
+    return specs
+
+
+def _hidden_shifts(e: dict) -> list[tuple[int, float]]:
+    """``(layer, shift)`` of the hidden layers 2 .. last hidden (not the input, not the head)."""
+    per = e.get("mean_shift_per_layer") or {}
+    return [(layer_number(k), v) for k, v in per.items()
+            if 2 <= layer_number(k) <= len(per) - 1 and v is not None]
+
+
+def _depth_order(relu: dict) -> list[ClaimSpec]:
+    """The two versions' depth orders of ReLU's drift on random data; at most one can hold.
+
+    The measure is the least-squares slope of the weight-mean shift over the hidden layers'
+    index: > 0 when earlier layers end more negative (the long version), < 0 when deeper
+    layers do (the short version).
+    """
+    shifts = _hidden_shifts(relu)
+    if len(shifts) < 2:
+        return []
+    layers, values = zip(*shifts)
+    slope = float(np.polyfit(np.asarray(layers, float), np.asarray(values, float), 1)[0])
+    n = {"slope": slope}
+    measured = "slope of the shift over layers 2..{last}: {slope:+.2e} per layer"
+    n["last"] = max(layers)
+    return [
+        ClaimSpec(id=claim_id(NAME, "relu", "depth-order", "earlier-layers-more-negative"),
+                  text="relu, random data: earlier layers accumulate more negative weights "
+                       "(the shift rises with depth)",
+                  measured=measured, check=gt(slope, 0.0), source=PAPER, where="§3, Fig. 3(a)",
+                  numbers=n),
+        ClaimSpec(id=claim_id(NAME, "relu", "depth-order", "deeper-layers-more-negative"),
+                  text="relu, random data: deeper layers accumulate more negative weight means "
+                       "(the shift falls with depth)",
+                  measured=measured, check=lt(slope, 0.0), source=SHORT, where=SHORT_RANDOM,
+                  numbers=n)]
+
+
+def _weaker_than_relu(acts: dict) -> list[ClaimSpec]:
+    """§3: GELU and SiLU drift less than ReLU, and for them the last hidden layer barely drifts
+    (ours: |shift of the last hidden layer| < 0.25 x the mean |shift| of the hidden layers
+    before it)."""
+    relu = acts.get("relu") or {}
+    specs = []
+    for act in ("gelu", "silu"):
+        e = acts.get(act) or {}
+        if relu.get("mean_shift_later_layers") is not None \
+                and e.get("mean_shift_later_layers") is not None:
+            n = {"relu": abs(relu["mean_shift_later_layers"]),
+                 act: abs(e["mean_shift_later_layers"])}
+            specs.append(ClaimSpec(
+                id=claim_id(NAME, act, "drifts-less-than-relu"),
+                text=f"{act}, random data: weaker drift than relu (|mean shift of layers 2..|)",
+                measured=f"{{{act}:.2e}} vs relu {{relu:.2e}}", check=lt(n[act], n["relu"]),
+                source=PAPER, where="§3, Fig. 3(a)", numbers=n))
+        shifts = _hidden_shifts(e)
+        if len(shifts) >= 2:
+            *before, (last, at_last) = sorted(shifts)
+            n = {"last": abs(at_last), "before": float(np.mean([abs(v) for _, v in before])),
+                 "ratio": 0.25, "layer": last}
+            specs.append(ClaimSpec(
+                id=claim_id(NAME, act, "last-layer-barely-drifts"),
+                text=f"{act}, random data: the last hidden layer barely drifts (|shift| < "
+                     "{ratio:g} x the mean |shift| of the hidden layers before it; the bar and "
+                     "'last layer' = the last hidden layer are our reading)",
+                measured="layer{layer}: {last:.2e} vs {before:.2e}",
+                check=lt(n["last"], n["ratio"] * n["before"]), source=PAPER,
+                where="§3, Fig. 3(a)", numbers=n))
+    return specs
+
+
+def _fig9(relu: dict) -> list[ClaimSpec]:
+    """App. B.1.3's Fig. 9 for ReLU on real data with Adam: a skip connection leaves the drift
+    unchanged (the Z-score, blind to the sign, and the signed mean shift, each within a factor
+    2 of the plain MLP's: ours) and lowers the sparsity from about 0.6 to about 0.4 (within
+    0.1 each: ours)."""
+    plain, skip = relu.get("digits"), relu.get("digits-skip")
+    if not plain or not skip:
+        return []
+    specs = []
+    for key, what, label in (("drift_z_final", "drift-z", "drift Z-score"),
+                             ("mean_shift_later_layers", "mean-shift", "mean shift (signed)")):
+        a, b = plain.get(key), skip.get(key)
+        ratio = None if a is None or b is None or a == 0 else b / a
+        n = {"ratio": ratio, "plain": a, "skip": b, "factor": 2.0}
+        specs.append(ClaimSpec(
+            id=claim_id(NAME, "relu", "digits-skip", f"{what}-unchanged"),
+            text=f"relu, real data, Adam: a skip connection leaves the {label} of layers 2.. "
+                 "unchanged (1/{factor:g} < skip / plain < {factor:g})",
+            measured="skip {skip:+.2e} / plain {plain:+.2e} = {ratio:.3g}",
+            # two inequalities, not within-factor: a ratio of the other sign must fail
+            check=all_of(gt(ratio, 1 / n["factor"]), lt(ratio, n["factor"])), source=PAPER,
+            where=FIG9, numbers=n))
+    for cond, e, target in (("digits", plain, 0.6), ("digits-skip", skip, 0.4)):
+        if e.get("sparsity_end") is not None:
+            n = {"sparsity": e["sparsity_end"], "paper": target, "tol": 0.1}
+            specs.append(ClaimSpec(
+                id=claim_id(NAME, "relu", cond, "sparsity-near-paper"),
+                text=f"relu, real data, {'with' if cond == 'digits-skip' else 'without'} a skip "
+                     "connection: sparsity at the end about {paper:g} (within {tol:g})",
+                measured="{sparsity:.3f}", check=within(n["sparsity"], target, n["tol"]),
+                source=PAPER, where=FIG9, numbers=n, quoted=("paper",)))
+    if plain.get("sparsity_end") is not None and skip.get("sparsity_end") is not None:
+        n = {"plain": plain["sparsity_end"], "skip": skip["sparsity_end"]}
+        specs.append(ClaimSpec(
+            id=claim_id(NAME, "relu", "digits-skip", "sparsity-lower"),
+            text="relu, real data: the skip connection lowers the sparsity",
+            measured="{skip:.3f} vs plain {plain:.3f}", check=lt(n["skip"], n["plain"]),
+            source=PAPER, where=FIG9, numbers=n))
+    return specs
+
+
+def _transients(acts: dict) -> list[ClaimSpec]:
+    """Fig. 9: a sharp transient of the gradient magnitude in the first ~100 steps, then decay
+    to a stable regime (ours: the weight-gradient norm peaks at step <= 100 and its second
+    half averages < 0.5 x the peak)."""
+    specs = []
+    for act in POSITIVE:
+        e = (acts.get(act) or {}).get("digits") or {}
+        if e.get("grad_norm_peak_step") is None:
+            continue
+        n = {"peak_step": e["grad_norm_peak_step"], "steps": 100,
+             "late": e.get("grad_norm_late_over_peak"), "ratio": 0.5}
+        specs.append(ClaimSpec(
+            id=claim_id(NAME, act, "digits", "gradient-transient"),
+            text=f"{act}, real data, Adam: the gradient magnitude peaks within the first "
+                 "~{steps} steps and then decays (second half < {ratio:g} x the peak: ours)",
+            measured="peak at step {peak_step}, second half {late:.3f} x peak",
+            check=all_of(le(n["peak_step"], n["steps"]), lt(n["late"], n["ratio"])),
+            source=PAPER, where=FIG9, numbers=n, quoted=("steps",)))
+    return specs
+
+
+def _noisy_relu_drifts_most(acts: dict) -> list[ClaimSpec]:
+    """Fig. 9, plain MLP: NoisyReLU drifts most (drift Z of layers 2.. above every other
+    positively biased activation's)."""
+    z = {act: ((acts.get(act) or {}).get("digits") or {}).get("drift_z_final") for act in POSITIVE}
+    others = [v for act, v in z.items() if act != "noisy_relu" and v is not None]
+    if z["noisy_relu"] is None or len(others) < 2:
+        return []
+    n = {"noisy": z["noisy_relu"], "best_other": max(others)}
+    n["margin"] = n["noisy"] - n["best_other"]
+    return [ClaimSpec(
+        id=claim_id(NAME, "noisy_relu", "digits", "drifts-most"),
+        text="noisy_relu, real data, Adam, plain MLP: the most pronounced drift (drift Z of "
+             "layers 2.. above each other positively biased activation's)",
+        measured="{noisy:.3g} vs the largest other {best_other:.3g}",
+        check=gt(n["margin"], 0.0), source=PAPER, where=FIG9, numbers=n)]

@@ -84,13 +84,14 @@ def build_summary(config: DriftConfig, table: pd.DataFrame, results: list[dict[s
                   "random_pairs": config.n_random,
                   "optimizer": f"{config.optimizer} lr={config.lr}",
                   "init": config.init, "compare_init": config.compare_init},
+        "real_data": {},
         "failed_units": failed_units(results),
     }
     per_act: dict[str, Any] = {}
     for act in config.activations:
         main = runs.get(DriftRun("main", act).name)
         entry = {} if main is None else describe_drift(main, last_hidden)
-        for cond in ("default-init", "skip", "digits"):
+        for cond in ("default-init", "skip", "digits", "digits-default-init", "digits-skip"):
             other = runs.get(DriftRun(cond, act).name)
             if other is not None:
                 described = describe_drift(other, last_hidden)
@@ -106,6 +107,7 @@ def build_summary(config: DriftConfig, table: pd.DataFrame, results: list[dict[s
             gap = (joined.iloc[:, 1] - joined.iloc[:, 0]).abs().mean()
             entry["loss_gap_vs_relu"] = finite_or_none(float(gap / joined.iloc[:, 0].abs().mean()))
     out["activations"] = per_act
+    out["real_data"] = _real_data(config, per_act)
     sweep: dict[str, dict[str, Any]] = {}
     points = _sweep_points(config, runs, sweep_keys)
     # A seed that diverged leaves rows up to its divergence (drift near 0): leave it out.
@@ -144,10 +146,29 @@ def _sweep_points(config: DriftConfig, runs: dict[str, pd.DataFrame],
     return points
 
 
-# Headline numbers reported for the side conditions (default-init, skip, digits).
+# Headline numbers reported for the side conditions (default-init, skip, digits...).
 CONDITION_KEYS = ("mean_shift_first_layer", "mean_shift_later_layers", "mean_shift_output_layer",
-                  "final_sparsity", "final_neg_frac", "sparsity_start", "sparsity_end",
-                  "test_accuracy")
+                  "mean_shift_per_layer", "final_sparsity", "final_neg_frac", "sparsity_start",
+                  "sparsity_end", "test_accuracy", "drift_z_final", "grad_norm_peak_step",
+                  "grad_norm_late_over_peak", "final_loss")
+# The real-data headline, shown first: the drift under each initialisation.
+REAL_KEYS = ("mean_shift_later_layers", "mean_shift_per_layer", "sparsity_start",
+             "sparsity_end", "test_accuracy", "final_loss")
+
+
+def _real_data(config: DriftConfig, per_act: dict[str, Any]) -> dict[str, Any]:
+    """The real-data setting and, per activation, its drift under He init and under PyTorch's
+    default init ("Bug or Feature²" never states its initialisation)."""
+    from actlab.experiments.drift.real_data import describe_setting
+
+    out: dict[str, Any] = {"setting": describe_setting(config)}
+    for act, entry in per_act.items():
+        for cond, label in (("digits", f"{config.init}-init"),
+                            ("digits-default-init", f"{config.compare_init}-init")):
+            if cond in entry:
+                out.setdefault(label, {})[act] = {k: entry[cond][k] for k in REAL_KEYS
+                                                  if k in entry[cond]}
+    return out
 
 
 def _loss_curve(rows: pd.DataFrame | None) -> pd.Series | None:
