@@ -61,6 +61,23 @@ def test_sparsity_points_fit_and_claims(tmp_path):
     assert (tmp_path / "figures" / "topk_frozen_kept.png").exists()
 
 
+def test_sparsity_topk_drift_on_random_data(tmp_path):
+    exp, summary = _run("sparsity", {"models": "random-mlp", "topk_drift_levels": "0.5,0.1",
+                                     "topk_drift_steps": 20}, tmp_path)
+    assert summary["points"] == []  # Fig. 8's runs stay out of the cliff fit
+    levels = summary["topk_drift"]["levels"]
+    assert list(levels) == ["0.1", "0.5", "1"]
+    for key, entry in levels.items():
+        # Top-K keeps a share K of each row: the eval sparsity is at least 1 - K
+        assert entry["sparsity"] >= 1 - entry["level"] - 0.01 if key != "1" else \
+            entry["sparsity"] < 0.01
+        assert list(entry["grad_mean_per_site"]) == ["layer1", "layer2", "layer3", "layer4"]
+        assert math.isfinite(entry["grad_mean"]) and math.isfinite(entry["mean_shift"])
+    ids = {c.id for c in exp.claims(summary)}
+    assert {"sparsity/topk-drift/gradient-collapses-at-k0.1",
+            "sparsity/topk-drift/drift-grows-with-k"} <= ids
+
+
 def test_sparsity_gpt_rows_loss_shares_flat_region_and_claims(tmp_path):
     exp, summary = _run("sparsity", {"models": "gpt", "frozen_models": "gpt",
                                      "gpt_percentile_levels": "0.3,0.7", "gpt_topk_levels": "0.7,0.3",

@@ -15,7 +15,10 @@ skips, a small ResNet (BatchNorm flavour of the percentile norm) and a small ViT
 percentile norm inside its MLPs); and, as the GPT rows of Tables 4/5 (App. B.2), a byte-level
 GPT (model ``gpt``, the ``gpt_*`` fields and levels) trained with the language-model recipe,
 Percentile Centering per token between its FFN's up-projection and a ReLU (``mlp_norm``, no
-learned shift), Top-K on its GELU. Each point records test accuracy (the GPT: validation
+learned shift), Top-K on its GELU. As App. B.1.1's Fig. 8, model ``random-mlp`` trains
+GELU with Top-K at ``topk_drift_levels`` beside plain GELU in a 3-block MLP on random data and
+records its pre-activation gradient and weight drift
+(:mod:`actlab.experiments.sparsity.topk_drift`). Each point records test accuracy (the GPT: validation
 loss), the share of negative activation inputs and the measured sparsity (``|a| < 1e-7``). Accuracies are normalised by
 the best of their (model, method) group and ``a(s) = A - B s^N`` is fitted to all points
 (:func:`actlab.theory.fit.fit_cliff`); ``cliff_sparsity`` is where the fit is 10% below A.
@@ -55,6 +58,8 @@ from actlab.experiments.sparsity.claims import GPT
 from actlab.experiments.sparsity.claims import claims as summary_claims
 from actlab.experiments.sparsity.figures import draw_figures
 from actlab.experiments.sparsity.summary import build_summary
+from actlab.experiments.sparsity.topk_drift import MODEL as TOPK_DRIFT_MODEL
+from actlab.experiments.sparsity.topk_drift import drift_units, drift_workloads, run_drift_unit
 from actlab.nn.classifiers import MODEL_KINDS
 from actlab.recipes.gpt_cell import GPTCellFields, run_gpt_cell
 from actlab.recipes.image_classifier import (
@@ -75,7 +80,7 @@ from actlab.runner.experiment import (
 from actlab.runner.fields import checked
 from actlab.train.supervised import torch_threads
 
-MODELS = (*MODEL_KINDS, GPT)
+MODELS = (*MODEL_KINDS, GPT, TOPK_DRIFT_MODEL)
 
 
 @dataclass
@@ -106,13 +111,18 @@ class SparsityConfig(GPTCellFields, ClassifierScale):
     gpt_topk_levels: list[float] = checked(default_factory=lambda: [0.89, 0.5, 0.23, 0.1],
                                            gt=0, lt=1)
     gpt_loss_tolerance: float = checked(0.02, gt=0)  # nats; ours, fixed before any run
+    # Fig. 8 (model "random-mlp", :mod:`actlab.experiments.sparsity.topk_drift`): Top-K levels
+    # beside plain GELU and the steps (ours: App. D.2's 5 epochs of 12,800 pairs)
+    topk_drift_levels: list[float] = checked(default_factory=lambda: [0.5, 0.25, 0.1], gt=0,
+                                             lt=1)
+    topk_drift_steps: int = checked(500, ge=1)
 
     def check(self) -> None:
         """The CIFAR folder, enough points in all to fit the cliff, a warm-up within training,
         the GPT rows' scale."""
         check_cifar_dir(self.cifar_dir)
-        self.check_paper_kinds([m for m in self.models if m != GPT])
-        classifiers = [m for m in self.frozen_models if m != GPT]
+        self.check_paper_kinds([m for m in self.models if m not in (GPT, TOPK_DRIFT_MODEL)])
+        classifiers = [m for m in self.frozen_models if m not in (GPT, TOPK_DRIFT_MODEL)]
         if classifiers and self.topk_freeze_after >= self.steps:
             raise ConfigError("topk_freeze_after", f"must be below steps={self.steps}, got "
                                                    f"{self.topk_freeze_after}")
@@ -176,7 +186,8 @@ class Sparsity(Experiment):
              "topk_levels": [0.5, 0.2, 0.1, 0.03], "frozen_models": ["mlp", GPT],
              "topk_freeze_after": 30, "gpt_steps": 60, "gpt_n_layer": 1, "gpt_n_embd": 32,
              "gpt_block_size": 32, "gpt_batch_size": 8, "gpt_probe_batches": 2,
-             "gpt_percentile_levels": [0.11, 0.77, 0.9], "gpt_topk_levels": [0.5, 0.1]}
+             "gpt_percentile_levels": [0.11, 0.77, 0.9], "gpt_topk_levels": [0.5, 0.1],
+             "topk_drift_steps": 150}
     full = {"steps": 1500, "topk_freeze_after": 300}
     paper = SPARSITY
     default_seeds = 1
@@ -189,13 +200,17 @@ class Sparsity(Experiment):
                 return config.gpt_percentile_levels, config.gpt_topk_levels
             return config.percentile_levels, config.topk_levels
 
+        swept = [m for m in config.models if m != TOPK_DRIFT_MODEL]
         units = [{"model": model, "method": method, "level": level}
-                 for model in config.models
+                 for model in swept
                  for method, method_levels in zip(("percentile", "topk"), levels(model))
                  for level in method_levels]
-        return units + [{"model": model, "method": "topk-frozen", "level": level}
-                        for model in config.models if model in config.frozen_models
-                        for level in levels(model)[1]]
+        units += [{"model": model, "method": "topk-frozen", "level": level}
+                  for model in swept if model in config.frozen_models
+                  for level in levels(model)[1]]
+        if TOPK_DRIFT_MODEL in config.models:  # Fig. 8: GELU + Top-K on random data
+            units += drift_units(config.topk_drift_levels)
+        return units
 
     def run_unit(self, config: SparsityConfig, unit: dict[str, Any], seeds: list[int],
                  ctx: UnitContext) -> UnitResult:
@@ -204,6 +219,8 @@ class Sparsity(Experiment):
         from actlab.nn.classifiers import build_classifier
 
         run = f"{unit['model']}/{unit['method']}/{unit['level']:g}"
+        if unit["model"] == TOPK_DRIFT_MODEL:
+            return run_drift_unit(unit["level"], config.topk_drift_steps, seeds, ctx.progress)
         if unit["model"] == GPT:
             return run_gpt_cell(config.lm_scale(), run, seeds, ctx,
                                 **gpt_point_args(unit["method"], unit["level"],
@@ -230,6 +247,8 @@ class Sparsity(Experiment):
 
     def workloads(self, config: SparsityConfig, unit: dict[str, Any]) -> list:
         """What one seed of a point trains (``actlab plan``)."""
+        if unit["model"] == TOPK_DRIFT_MODEL:
+            return drift_workloads(unit["level"], config.topk_drift_steps)
         if unit["model"] == GPT:  # the FFN's Percentile Centering adds no priced FLOPs
             from actlab.experiments.lm_paper import gpt_workloads
 

@@ -161,8 +161,58 @@ def claims(summary: dict) -> list[Claim]:
                              within(n["skip_measured"], n["skip"], n["tol"])),
                 source=PAPER, where="§4.1", numbers=n, quoted=("chance", "skip", "sparsity")))
     specs += frozen_claims(summary.get("frozen_topk") or {})
+    specs += topk_drift_claims(summary.get("topk_drift") or {})
     specs += gpt_claims(summary.get("gpt") or {})
     return judge_all(specs)
+
+
+# App. B.1.1, Fig. 8: "At K=0.10 ... the gradient mean collapses toward zero across all
+# layers and weight means remain nearly flat"; "as ... K increases ... the positive gradient
+# bias and corresponding negative weight drift become progressively more pronounced". Ours:
+# "collapses toward zero" and "nearly flat" as at most COLLAPSE_SHARE of plain GELU's gradient
+# mean at every activation site and of its hidden layers' mean-weight shift.
+COLLAPSE_LEVEL, COLLAPSE_SHARE = 0.10, 0.25
+
+
+def topk_drift_claims(drift: dict) -> list[ClaimSpec]:
+    """Fig. 8 on model ``random-mlp``: the collapse at K = 0.10 and the growth with K."""
+    levels = drift.get("levels") or {}
+    plain, low = levels.get("1"), levels.get(f"{COLLAPSE_LEVEL:g}")
+    specs: list[ClaimSpec] = []
+    if plain and low:
+        sites = [s for s in plain["grad_mean_per_site"] if s in low["grad_mean_per_site"]]
+        n = {"k": COLLAPSE_LEVEL, "share": COLLAPSE_SHARE, "grad": low["grad_mean"],
+             "grad_plain": plain["grad_mean"], "shift": low["mean_shift"],
+             "shift_plain": plain["mean_shift"], "n_sites": len(sites)}
+        parts = [lt(low["grad_mean_per_site"][s],
+                    COLLAPSE_SHARE * plain["grad_mean_per_site"][s]) for s in sites]
+        parts.append(lt(abs(low["mean_shift"]), COLLAPSE_SHARE * abs(plain["mean_shift"])))
+        specs.append(ClaimSpec(
+            id=claim_id("sparsity", "topk-drift", "gradient-collapses-at-k0.1"),
+            text="GELU + Top-K on random data: at K = {k:g} the mean pre-activation gradient "
+                 "collapses toward zero at every site and the weight means stay nearly flat "
+                 "(ours: below {share:g} of plain GELU's, gradient at each of the {n_sites} "
+                 "sites, and the hidden layers' mean-weight shift)",
+            measured="gradient mean {grad:.2e} vs plain {grad_plain:.2e}; mean-weight shift "
+                     "{shift:+.2e} vs plain {shift_plain:+.2e}",
+            check=all_of(*parts), source=PAPER, where="App. B.1.1, Fig. 8", numbers=n,
+            quoted=("k",)))
+    ordered = sorted(levels.values(), key=lambda e: e["level"])
+    if len(ordered) >= 2:
+        parts = []
+        for lo, hi in zip(ordered, ordered[1:]):
+            parts += [lt(lo["grad_mean"], hi["grad_mean"]), gt(lo["mean_shift"], hi["mean_shift"])]
+        n = {"levels": ", ".join(f"{e['level']:g}" for e in ordered),
+             "grads": ", ".join(f"{e['grad_mean']:.2e}" for e in ordered),
+             "shifts": ", ".join(f"{e['mean_shift']:+.2e}" for e in ordered)}
+        specs.append(ClaimSpec(
+            id=claim_id("sparsity", "topk-drift", "drift-grows-with-k"),
+            text="GELU + Top-K on random data: the more activations Top-K keeps, the larger the "
+                 "positive pre-activation gradient and the more negative the weight drift (each "
+                 "step up in K)",
+            measured="K {levels}: gradient mean {grads}; mean-weight shift {shifts}",
+            check=all_of(*parts), source=PAPER, where="App. B.1.1, Fig. 8", numbers=n))
+    return specs
 
 
 def frozen_claims(frozen: dict) -> list[ClaimSpec]:

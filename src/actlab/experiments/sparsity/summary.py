@@ -10,6 +10,7 @@ import pandas as pd
 
 from actlab.analysis import failed_units, seeds_in
 from actlab.experiments.sparsity.claims import FLAT_RANGE, GPT, LEVEL_SLACK, METHODS, PUBLISHED
+from actlab.experiments.sparsity.topk_drift import drift_summary
 from actlab.recipes.image_classifier import data_label
 
 if TYPE_CHECKING:
@@ -52,6 +53,7 @@ def build_summary(config: SparsityConfig, table: pd.DataFrame,
     }
     if any(str(run).startswith(f"{GPT}/") for run in table["run"].unique()):
         summary["gpt"] = gpt_summary(config, table)
+    summary["topk_drift"] = drift_summary(table)  # Fig. 8; None without its runs
     if len(points) >= 3:
         norm = normalize_by_group([p["accuracy"] for p in points],
                                   [(p["model"], p["method"]) for p in points])
