@@ -139,6 +139,8 @@ def test_sparse_activations_table_with_two_seeds(tmp_path):
     # ReLU's zeros are exactly its negative inputs; GELU makes (almost) no exact zeros
     assert cell["sparsity_mean"] == pytest.approx(cell["neg_frac_mean"], abs=1e-6)
     assert summary["table"]["mlp:none"]["gelu"]["sparsity_mean"] < 0.05
+    # without a norm the linear output is the activation's input (App. D.1's quantity equals ours)
+    assert cell["linear_neg_frac_mean"] == pytest.approx(cell["neg_frac_mean"], abs=1e-6)
     assert len(summary["table_text"]) == 2
     claims = exp.claims(summary)
     assert any("NoisyReLU" in c.claim for c in claims)
@@ -220,3 +222,32 @@ def test_experiments_read_cifar_when_pointed_to_it(tmp_path):
     assert summary["scale"]["data"] == "cifar10" and "vit" in summary["models"]
     with pytest.raises(ConfigError, match="cifar_dir"):
         build_config(exp.Config, {"cifar_dir": str(tmp_path / "missing")})
+
+
+def test_linear_neg_frac_reads_the_linear_output_before_the_norm():
+    import torch
+
+    from actlab.data.digits import load_digits
+    from actlab.experiments.sparse_activations.preact import linear_neg_frac, pre_activation_layers
+    from actlab.nn.classifiers import build_classifier
+
+    data = load_digits()
+    model = build_classifier("mlp", data, "relu", pre_norm="layernorm", seed=0)
+    layers = pre_activation_layers(model, data.x_test[:4])
+    assert layers == [model.input.linear] + [b.linear for b in model.blocks]  # not the head
+    with torch.no_grad():  # shift the first layer's output positive: LayerNorm re-centres it
+        model.input.linear.weight.copy_(model.input.linear.weight.abs())
+    x = data.x_test - data.x_test.min()  # non-negative inputs: every first-layer output >= 0
+    expected = []
+    h = x.flatten(1)
+    with torch.no_grad():
+        for block in [model.input, *model.blocks]:
+            out = block.linear(h)
+            expected.append(float((out < 0).float().mean()))
+            h = block(h)
+    assert expected[0] == 0.0
+    assert linear_neg_frac(model, x) == pytest.approx(sum(expected) / len(expected))
+    resnet = build_classifier("resnet", data, "relu")
+    convs = pre_activation_layers(resnet, data.x_test[:4])
+    assert convs and all(isinstance(c, torch.nn.Conv2d) for c in convs)
+

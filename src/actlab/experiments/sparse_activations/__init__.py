@@ -11,7 +11,10 @@ trained on the standard library's source with the language-model recipe (the ``g
 Muon + AdamW by default, as "Bug or Feature²" App. D.6). Each cell reports test accuracy (for
 the GPT: the validation loss, as Table 1 reports test loss), the share of negative activation
 inputs and the sparsity (``|a| < 1e-7``), mean ± sd over seeds; the GPT's two shares are
-measured on fixed validation windows after training, averaged over its layers.
+measured on fixed validation windows after training, averaged over its layers. The
+classifiers also record ``linear_neg_frac``, the negative share of the linear layers' outputs
+(App. D.1's "linear layer outputs", :mod:`actlab.experiments.sparse_activations.preact`): it
+differs from ``neg_frac`` (the activation's input) where a norm sits in between.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from actlab.experiments.classifier_paper import (
 )
 from actlab.experiments.sparse_activations.claims import claims as summary_claims
 from actlab.experiments.sparse_activations.figures import draw_figures
+from actlab.experiments.sparse_activations.preact import linear_neg_frac
 from actlab.experiments.sparse_activations.summary import CLASSIFIER_METRICS, build_summary
 from actlab.nn.classifiers import CLASSIFIER_KINDS, TRANSFORMER_KINDS
 from actlab.recipes.gpt_cell import GPTCellFields, run_gpt_cell
@@ -159,6 +163,9 @@ class SparseActivations(Experiment):
                     continue
                 for metric in CLASSIFIER_METRICS:
                     result.add(run, seed, out.steps, "", metric, getattr(out, metric))
+                # App. D.1's quantity: the linear layers' outputs, before any norm
+                result.add(run, seed, out.steps, "", "linear_neg_frac",
+                           linear_neg_frac(model, data.x_test))
         return result
 
     def workloads(self, config: SparseActivationsConfig, unit: dict[str, Any]) -> list:

@@ -13,7 +13,8 @@ if TYPE_CHECKING:
     from actlab.experiments.sparse_activations import SparseActivationsConfig
 
 CLASSIFIER_METRICS = ("accuracy", "neg_frac", "sparsity")
-METRICS = ("accuracy", "test_loss", "neg_frac", "sparsity")  # the GPT cells: test_loss
+# the GPT cells: test_loss; linear_neg_frac: the classifiers' linear outputs (App. D.1)
+METRICS = ("accuracy", "test_loss", "neg_frac", "sparsity", "linear_neg_frac")
 
 
 def build_summary(config: SparseActivationsConfig, table: pd.DataFrame,
