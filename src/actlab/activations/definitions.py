@@ -32,8 +32,8 @@ ElementFn = Callable[..., Tensor]
 
 # Options accepted on every name; value-less ones are flags.
 COMMON_OPTIONS = ("clip", "shift", "q", "adaptive", "topk", "gaussian", "gaussian_shift",
-                  "momentum", "freeze_after")
-COMMON_FLAGS = ("adaptive", "gaussian", "gaussian_shift")
+                  "channel", "momentum", "freeze_after")
+COMMON_FLAGS = ("adaptive", "gaussian", "gaussian_shift", "channel")
 
 
 @dataclass(frozen=True)

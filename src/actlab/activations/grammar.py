@@ -4,7 +4,7 @@ Grammar: ``NAME`` followed by zero or more ``:OPTION``, where an option is ``key
 or a bare flag, e.g. ``gelu``, ``gelu:tanh``, ``leaky_relu:slope=0.1``,
 ``relu:shift=theory``, ``relu:shift=measured``, ``silu:beta=1.5:learnable``,
 ``gelu:adaptive:momentum=0.1``, ``relu2:clip=50``, ``gelu:topk=0.1``,
-``gelu:topk=0.1:freeze_after=500``, ``gelu:topk=0.1:gaussian``.
+``gelu:topk=0.1:freeze_after=500``, ``gelu:topk=0.1:gaussian``, ``gelu:topk=0.05:channel``.
 
 Options valid on every name, applied in this order after the function:
 ``clip=C`` (clamp at C from above), ``shift=B|theory|measured`` (subtract a constant;
@@ -13,7 +13,9 @@ Options valid on every name, applied in this order after the function:
 :func:`actlab.activations.calibrate.calibrate_shifts_`), ``adaptive``
 (subtract the per-example feature mean), ``topk=K`` (keep the fraction K of largest
 outputs per example; with the flag ``gaussian`` those above the row's mean + std *
-Phi^-1(1 - K), with ``gaussian_shift`` Gemma 3n's ``relu(x - cutoff)`` before the function).
+Phi^-1(1 - K), with ``gaussian_shift`` Gemma 3n's ``relu(x - cutoff)`` before the function;
+with ``channel`` the fraction K of whole channels of (N, C, H, W) activations, ranked by their
+mean over H x W: :func:`actlab.activations.sparse.channel_topk`).
 ``momentum=`` and ``freeze_after=`` apply to the running statistics of ``adaptive`` and of
 ``topk`` (its threshold), with the one meaning and range of
 :mod:`actlab.activations.running`.
@@ -217,6 +219,8 @@ def parse_spec(spec: str) -> ParsedSpec:
     if len(gaussian) > 1:
         raise SpecError(f"{spec!r}: flags 'gaussian' (mask of the output) and 'gaussian_shift' "
                         "(Gemma 3n's shift of the input) exclude each other")
+    if "channel" in flags:
+        _check_channel(spec, options, flags)
     running = [k for k in RUNNING_OPTIONS if k in options]
     if running and "adaptive" not in flags and ("topk" not in options or gaussian):
         raise SpecError(f"{spec!r}: option {running[0]!r} sets a running statistic; it needs "
@@ -234,6 +238,19 @@ def parse_spec(spec: str) -> ParsedSpec:
     if wrong:
         raise SpecError(f"{spec!r}: {wrong}")
     return parsed
+
+
+def _check_channel(spec: str, options: dict[str, Any], flags: set[str]) -> None:
+    """The flag ``channel`` (structured Top-K) needs ``topk=K`` and takes no threshold rule:
+    it ranks whole channels by exact selection, with no Gaussian or running cut."""
+    if "topk" not in options:
+        raise SpecError(f"{spec!r}: flag 'channel' keeps the fraction K of whole channels; it "
+                        "needs 'topk=K' (e.g. 'gelu:topk=0.05:channel')")
+    other = [f for f in GAUSSIAN_FLAGS if f in flags] + [k for k in RUNNING_OPTIONS
+                                                          if k in options]
+    if other:
+        raise SpecError(f"{spec!r}: flag 'channel' (structured Top-K, whole channels by exact "
+                        f"selection) has no threshold rule; drop {other[0]!r} or 'channel'")
 
 
 def _expand_alias(spec: str, raw_name: str, pieces: list[tuple[str, str | None]]

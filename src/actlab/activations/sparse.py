@@ -1,4 +1,5 @@
-"""Top-K activation sparsity: keep the largest fraction of outputs per example.
+"""Top-K activation sparsity: keep the largest fraction of outputs per example, entry by
+entry (:func:`topk_sparsify`) or channel by channel (:func:`channel_topk`).
 
 The k-th largest value of each example is found by selection (linear time) and the output
 masked at it, instead of sorting out the top k (``torch.topk``) and scattering them into
@@ -44,6 +45,43 @@ def topk_sparsify(y: Tensor, fraction: float) -> Tensor:
     if dim in (-1, y.dim() - 1) and native.selection_usable(y):
         return _NativeTopK.apply(y, k)[0]
     return torch.where(_dropped_by_threshold(y, k, dim)[0], 0.0, y)
+
+
+def channel_scores(y: Tensor) -> Tensor:
+    """Each channel's rank for structured Top-K: its mean over the H x W positions, (N, C).
+
+    Ours: "Bug or Feature²" §4 says per-channel sparsity "zeros entire feature map channels"
+    and that Top-K "retains the k% largest activations", but gives no score for a channel;
+    the spatial mean is the value a global average pool reads from it, and it keeps the sign
+    (a channel of GELU outputs near their minimum -0.17 ranks last, as its entries would).
+    """
+    return y.mean(dim=(2, 3))
+
+
+def channel_topk(y: Tensor, fraction: float, what: str = "channel Top-K") -> Tensor:
+    """Structured Top-K of (N, C, H, W) activations: per example keep the
+    ``kept_count(fraction, C)`` channels of largest :func:`channel_scores` whole, zero the
+    others whole; the gradient flows through the kept channels unchanged.
+
+    Ties go as ``torch.topk`` breaks them (exactly k kept). Other shapes raise ``ValueError``
+    naming ``what``: on (N, features) each channel is one entry, so structured and
+    per-activation Top-K coincide (use ``topk=K``), and on 3-D input the channel dimension is
+    not known ((N, C, L) or (B, T, D)).
+    """
+    if y.dim() != 4:
+        raise ValueError(
+            f"{what}: per-channel Top-K needs 4-D (N, C, H, W) activations, channels in dim 1; "
+            f"got shape {tuple(y.shape)}. On (N, features) a channel is one entry (per-channel "
+            "equals per-activation: use 'topk=K'); on 3-D input the channel dimension is "
+            "ambiguous")
+    channels = y.shape[1]
+    k = kept_count(fraction, channels)
+    if k == channels:
+        return y
+    scores = channel_scores(y.detach())
+    index = torch.topk(scores, k, dim=1, sorted=False).indices
+    keep = torch.zeros_like(scores, dtype=torch.bool).scatter(1, index, True)
+    return torch.where(keep[:, :, None, None], y, 0.0)
 
 
 def topk_with_threshold(y: Tensor, fraction: float) -> tuple[Tensor, Tensor]:

@@ -22,7 +22,7 @@ from actlab.activations.grammar import DEFAULT_Q, ParsedSpec, parse_spec
 from actlab.activations.interop import as_actlab
 from actlab.activations.registry import theory_shift
 from actlab.activations.shift import AdaptiveCenter, feature_dim
-from actlab.activations.sparse import topk_sparsify
+from actlab.activations.sparse import channel_topk, topk_sparsify
 from actlab.activations.special import LearnableSiLUCore
 from actlab.activations.threshold import (
     TopKThreshold,
@@ -58,7 +58,9 @@ class SpecActivation(Activation):
     known, else ``None``), ``clip``, ``shift`` (the constant subtracted, with
     ``shift=theory`` resolved at construction), ``center`` (an
     :class:`~actlab.activations.shift.AdaptiveCenter` or ``None``), ``topk``, ``topk_rule``
-    (``"exact"``, ``"running"``, ``"gaussian"``, ``"gaussian_shift"`` or ``None``) and
+    (``"exact"``, ``"running"``, ``"gaussian"``, ``"gaussian_shift"``, ``"channel"`` (whole
+    channels of (N, C, H, W) activations, :func:`~actlab.activations.sparse.channel_topk`) or
+    ``None``) and
     ``topk_running`` (the :class:`~actlab.activations.threshold.TopKThreshold` of
     ``topk=K:freeze_after=N`` / ``momentum=m``, else ``None``).
 
@@ -99,12 +101,13 @@ class SpecActivation(Activation):
         adaptive = "adaptive" in parsed.flags
         momentum, freeze_after = parsed.options.get("momentum"), parsed.options.get("freeze_after")
         self.center = AdaptiveCenter(momentum, freeze_after) if adaptive else None
-        # "exact", "running" (TopKThreshold), "gaussian" or "gaussian_shift"; None without topk
+        # "exact", "running" (TopKThreshold), "gaussian", "gaussian_shift" or "channel"; None
+        # without topk
         self.topk_rule: str | None = None
         self.topk_running: TopKThreshold | None = None
         if self.topk is not None:
-            self.topk_rule = next((f for f in ("gaussian", "gaussian_shift") if f in parsed.flags),
-                                  None)
+            self.topk_rule = next((f for f in ("gaussian", "gaussian_shift", "channel")
+                                   if f in parsed.flags), None)
             if self.topk_rule is None and (momentum is not None or freeze_after is not None):
                 self.topk_rule = "running"
                 self.topk_running = TopKThreshold(self.topk, momentum, freeze_after)
@@ -239,6 +242,8 @@ class SpecActivation(Activation):
             return self.topk_running(y)
         if self.topk_rule == "gaussian":
             return gaussian_mask(y, self.topk)
+        if self.topk_rule == "channel":
+            return channel_topk(y, self.topk, what=repr(self.spec))
         return topk_sparsify(y, self.topk)
 
     def _measure(self, x: Tensor) -> NoReturn:
