@@ -5,6 +5,9 @@
 * Percentile Centering (``percentile``): ReLU after a norm that shifts each feature by its
   ``q``-th percentile (no learned shift, so the level holds), levels ``q``;
 * Top-K (``topk``): GELU keeping the ``K`` largest activations, levels ``K``;
+* structured Top-K (``topk-channel``, ResNet only: ``channel_levels`` of whole channels kept
+  per example, :mod:`actlab.experiments.sparsity.channel`), against per-activation Top-K at
+  the same K;
 * Top-K with a frozen threshold (``topk-frozen``, §1 "An efficiency bonus"): the same levels
   as ``gelu:topk=K:freeze_after=topk_freeze_after``, exact Top-K during the warm-up while
   the threshold is tracked, then masking by comparison only; run on ``frozen_models``, its
@@ -54,6 +57,8 @@ from actlab.experiments.classifier_paper import (
     classifier_settings,
     classifier_workloads,
 )
+from actlab.experiments.sparsity.channel import CHANNEL_MODELS, channel_spec
+from actlab.experiments.sparsity.channel import METHOD as CHANNEL_METHOD
 from actlab.experiments.sparsity.claims import GPT
 from actlab.experiments.sparsity.claims import claims as summary_claims
 from actlab.experiments.sparsity.figures import draw_figures
@@ -94,6 +99,10 @@ class SparsityConfig(GPTCellFields, ClassifierScale):
         default_factory=lambda: [0.1, 0.3, 0.5, 0.7, 0.8, 0.9, 0.95, 0.98], gt=0, lt=1)
     topk_levels: list[float] = checked(
         default_factory=lambda: [0.9, 0.5, 0.3, 0.2, 0.1, 0.05, 0.02], gt=0, lt=1)
+    # structured Top-K on the models of CHANNEL_MODELS (ours: topk_levels' 0.5 to 0.05, the
+    # last App. B.2's "95%" channel sparsity)
+    channel_levels: list[float] = checked(default_factory=lambda: [0.5, 0.2, 0.1, 0.05], gt=0,
+                                          lt=1)
     steps: int = checked(500, ge=1)
     batch_size: int = checked(128, ge=1)
     lr: float = checked(1e-3, gt=0)
@@ -140,6 +149,8 @@ def point_model_args(method: str, level: float, freeze_after: int | None = None)
     is the warm-up of ``topk-frozen``."""
     if method == "percentile":
         return {"activation": "relu", "pre_norm": f"percentile:q={level:g}", "norm_bias": False}
+    if method == CHANNEL_METHOD:
+        return {"activation": channel_spec(level), "pre_norm": None, "norm_bias": True}
     spec = f"gelu:topk={level:g}"
     if method == "topk-frozen":
         spec += f":freeze_after={freeze_after}"
@@ -187,7 +198,7 @@ class Sparsity(Experiment):
              "topk_freeze_after": 30, "gpt_steps": 60, "gpt_n_layer": 1, "gpt_n_embd": 32,
              "gpt_block_size": 32, "gpt_batch_size": 8, "gpt_probe_batches": 2,
              "gpt_percentile_levels": [0.11, 0.77, 0.9], "gpt_topk_levels": [0.5, 0.1],
-             "topk_drift_steps": 150}
+             "topk_drift_steps": 150, "channel_levels": [0.5, 0.03]}
     full = {"steps": 1500, "topk_freeze_after": 300}
     paper = SPARSITY
     default_seeds = 1
@@ -208,6 +219,9 @@ class Sparsity(Experiment):
         units += [{"model": model, "method": "topk-frozen", "level": level}
                   for model in swept if model in config.frozen_models
                   for level in levels(model)[1]]
+        units += [{"model": model, "method": CHANNEL_METHOD, "level": level}
+                  for model in swept if model in CHANNEL_MODELS
+                  for level in config.channel_levels]
         if TOPK_DRIFT_MODEL in config.models:  # Fig. 8: GELU + Top-K on random data
             units += drift_units(config.topk_drift_levels)
         return units

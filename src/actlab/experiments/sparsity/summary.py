@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 
 from actlab.analysis import failed_units, seeds_in
+from actlab.experiments.sparsity.channel import channel_summary
 from actlab.experiments.sparsity.claims import FLAT_RANGE, GPT, LEVEL_SLACK, METHODS, PUBLISHED
 from actlab.experiments.sparsity.topk_drift import drift_summary
 from actlab.recipes.image_classifier import data_label
@@ -38,9 +39,9 @@ def build_summary(config: SparsityConfig, table: pd.DataFrame,
     per-model extremes and the sorted points (with ``normalized_accuracy`` once fitted)."""
     from actlab.theory.fit import fit_cliff, normalize_by_group
 
-    points = table_points(table)
-    frozen = frozen_comparison(config, table, points)
-    points = [p for p in points if p["method"] in METHODS]  # the fit's mechanisms
+    all_points = table_points(table)
+    frozen = frozen_comparison(config, table, all_points)
+    points = [p for p in all_points if p["method"] in METHODS]  # the fit's mechanisms
     summary: dict[str, Any] = {
         "scale": {"steps": config.steps, "seeds": seeds_in(table),
                   "data": data_label(config, "digits (1438 train / 359 test)"),
@@ -54,6 +55,7 @@ def build_summary(config: SparsityConfig, table: pd.DataFrame,
     if any(str(run).startswith(f"{GPT}/") for run in table["run"].unique()):
         summary["gpt"] = gpt_summary(config, table)
     summary["topk_drift"] = drift_summary(table)  # Fig. 8; None without its runs
+    summary["topk_channel"] = channel_summary(all_points)  # App. B.2; None without its runs
     if len(points) >= 3:
         norm = normalize_by_group([p["accuracy"] for p in points],
                                   [(p["model"], p["method"]) for p in points])
