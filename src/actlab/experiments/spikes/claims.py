@@ -14,6 +14,13 @@ actlab (tests/test_spikes_measures.py), not a claim. Two statements are about th
 whole: "varies less across seeds" compares spreads, which no single seed has, so it is made
 only on a summary of several seeds and stays undecided over seeds; "even the smallest seed
 amplifies" is the label "amplifies" in every seed.
+
+The arms (:mod:`actlab.experiments.spikes.arms`) add, when they ran: Fig. 6's spike range (and
+up-projection input range) under each centring or quantile norm against RMSNorm, paired per
+seed; the spike's block against the first third of the blocks (ours: what "early layers"
+means), at the depth arm's shape and the base's; GELU² against ReLU² (the short version's
+Table 7 paragraph) in each arm; and Tables 7-8 at the depth arm's shape. Every bar was fixed
+before these arms were first run; the paper gives no number for any of them but the losses.
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ from __future__ import annotations
 import numpy as np
 
 from actlab.experiments.spikes.measures import WEIGHT_KINDS
+from actlab.nn.norm_spec import parse_norm
 from actlab.runner.claims import (
     ClaimSpec,
     all_of,
@@ -117,6 +125,8 @@ def claims(summary: dict) -> list[Claim]:
             undecided_because=never[50]))
     specs += _seed_and_short_version_claims(acts, n, largest, loss)
     specs += _spike_layer_claims(summary.get("spike_layers", {}))
+    specs += _norm_claims(summary.get("norms"))
+    specs += _depth_claims(summary)
     return judge_all(specs)
 
 
@@ -170,8 +180,9 @@ def _seed_and_short_version_claims(acts: dict, n: dict, largest, loss) -> list[C
     return specs
 
 
-def _spike_layer_claims(spike: dict) -> list[ClaimSpec]:
-    """App. B.3.1, Tables 7 and 8: spike layers against the rest, averaged over every run."""
+def _spike_layer_claims(spike: dict, condition: str = "spike-layers") -> list[ClaimSpec]:
+    """App. B.3.1, Tables 7 and 8: spike layers against the rest, averaged over the runs of
+    one shape (ids ``spikes/<condition>/...``)."""
     if spike.get("runs", 0) < 1:
         return []
     n = {**spike, "down_low": 39.0, "down_high": 42.0, "up_paper": 7.0,  # Table 8 text
@@ -184,7 +195,7 @@ def _spike_layer_claims(spike: dict) -> list[ClaimSpec]:
     where = "App. B.3.1, Table 8"
     return [
         ClaimSpec(
-            id=claim_id(NAME, "spike-layers", "down-input-exceeds-up-input"),
+            id=claim_id(NAME, condition, "down-input-exceeds-up-input"),
             text="in spike layers the down-projection input reaches beyond the up-projection "
                  "input (the paper: max about {down_low:g}-{down_high:g} against about "
                  "+-{up_paper:g})",
@@ -192,14 +203,14 @@ def _spike_layer_claims(spike: dict) -> list[ClaimSpec]:
             check=gt(n["down_in_max"], n["up_in_max"]), source="bug-or-feature", where=where,
             numbers=n, quoted=("down_low", "down_high", "up_paper")),
         ClaimSpec(
-            id=claim_id(NAME, "spike-layers", "up-input-symmetric"),
+            id=claim_id(NAME, condition, "up-input-symmetric"),
             text="up-projection inputs in spike layers are symmetric (|min| within "
                  "{symmetry_factor:g}x of max; the paper: about +-{up_paper:g})",
             measured="max {up_in_max:.2f}, min {up_in_min:.2f} (mean of {runs} runs)",
             check=within_factor(n["up_neg"], n["up_in_max"], n["symmetry_factor"]),
             source="bug-or-feature", where=where, numbers=n, quoted=("up_paper",)),
         ClaimSpec(
-            id=claim_id(NAME, "spike-layers", "down-weights-not-larger"),
+            id=claim_id(NAME, condition, "down-weights-not-larger"),
             text="down-projection weights in the spike layer are not larger than in the other "
                  "layers (the paper: max |W| {w_spike_paper:g} against {w_all_paper:g} overall)",
             measured="max |W_down| {w_absmax_down_spike:.3f} at the spike layer vs "
@@ -208,10 +219,127 @@ def _spike_layer_claims(spike: dict) -> list[ClaimSpec]:
             source="bug-or-feature", where=where, numbers=n,
             quoted=("w_spike_paper", "w_all_paper")),
         ClaimSpec(
-            id=claim_id(NAME, "spike-layers", "lower-weight-std"),
+            id=claim_id(NAME, condition, "lower-weight-std"),
             text="every layer type has a lower weight standard deviation in the spike layer "
                  "than in the other layers",
             measured="spike vs others: {std_text} (mean of {runs} runs)",
             check=all_of(*stds_lower), source="bug-or-feature", where="App. B.3.1, Table 7",
             numbers=n),
     ]
+
+
+# "Bug or Feature²" §6 (and the short version's paragraph on Fig. 7): Fig. 6 shows spike
+# ranges shrinking under normalisation with centring or a quantile shift
+FIG6 = "§6, Fig. 6 (the short version: Fig. 7)"
+# the normalisations that centre (by the mean or by a quantile); RMSNorm and none do not
+CENTRING = ("layernorm", "batchnorm", "percentile", "percentile-layernorm",
+            "percentile-batchnorm")
+
+
+def _norm_claims(norms: dict | None) -> list[ClaimSpec]:
+    """Fig. 6: under every centring or quantile norm of the norm arm, each activation's spike
+    range (and up-projection input range) is smaller than under RMSNorm, paired per seed (same
+    initial weights and batches); and GELU² against ReLU² under each norm but the base's."""
+    if not norms:
+        return []
+    arms = norms["arms"]
+    rms = next((norm for norm in arms if parse_norm(norm)[0] == "rmsnorm"), None)
+    specs: list[ClaimSpec] = []
+    for norm, acts in arms.items():
+        if norm != norms["base"]:
+            specs += _gelu2_claims(norm, acts)
+        if rms is None or parse_norm(norm)[0] not in CENTRING:
+            continue
+        for spec, arm in acts.items():
+            other = arms[rms].get(spec, {})
+            n = {"norm": norm, "rms": rms, "spec": spec,
+                 "range": arm.get("largest_range_mean", float("nan")),
+                 "range_rms": other.get("largest_range_mean", float("nan")),
+                 "up": arm.get("up_in_range_mean", float("nan")),
+                 "up_rms": other.get("up_in_range_mean", float("nan"))}
+            if np.isfinite(n["range"]) and np.isfinite(n["range_rms"]):
+                specs.append(ClaimSpec(
+                    id=claim_id(NAME, f"{norm}-{spec}", "spike-range-below-rmsnorm"),
+                    text="under {norm} the spike range of {spec} is smaller than under {rms} "
+                         "(largest down-projection input range over the layers; the paper: "
+                         "spike ranges shrink with centring or quantile normalisation)",
+                    measured="{range:.2f} vs {range_rms:.2f} (mean over seeds)",
+                    check=lt(n["range"], n["range_rms"]), source="bug-or-feature", where=FIG6,
+                    numbers=n))
+            if np.isfinite(n["up"]) and np.isfinite(n["up_rms"]):
+                specs.append(ClaimSpec(
+                    id=claim_id(NAME, f"{norm}-{spec}", "up-input-range-below-rmsnorm"),
+                    text="under {norm} the up-projection input range of {spec} is smaller than "
+                         "under {rms} (largest max - min over the layers; the paper: the same "
+                         "pattern as the spikes)",
+                    measured="{up:.2f} vs {up_rms:.2f} (mean over seeds)",
+                    check=lt(n["up"], n["up_rms"]), source="bug-or-feature", where=FIG6,
+                    numbers=n))
+    return specs
+
+
+def _gelu2_claims(condition: str, acts: dict) -> list[ClaimSpec]:
+    """The short version's Table 7 paragraph in one arm: GELU² spikes lower than ReLU²'s and
+    reaches a lower loss (the paper: 3.233 against 3.251)."""
+    if "gelu2" not in acts or "relu2" not in acts:
+        return []
+    g, r = acts["gelu2"], acts["relu2"]
+    n = {"condition": condition,
+         "range_gelu2": g.get("largest_range_mean", float("nan")),
+         "range_relu2": r.get("largest_range_mean", float("nan")),
+         "loss_gelu2": g["val_loss"]["mean"], "loss_relu2": r["val_loss"]["mean"],
+         "gelu2_paper": 3.233, "relu2_paper": 3.251}  # the short version, Table 7 paragraph
+    specs = []
+    if np.isfinite(n["range_gelu2"]) and np.isfinite(n["range_relu2"]):
+        specs.append(ClaimSpec(
+            id=claim_id(NAME, f"{condition}-gelu2", "lower-spikes-than-relu2"),
+            text="with {condition}, gelu2 produces lower spikes than relu2",
+            measured="gelu2 {range_gelu2:.1f} vs relu2 {range_relu2:.1f} (mean over seeds)",
+            check=lt(n["range_gelu2"], n["range_relu2"]), source="bug-or-feature-short",
+            where=SHORT_TABLE7, numbers=n))
+    if np.isfinite(n["loss_gelu2"]) and np.isfinite(n["loss_relu2"]):
+        specs.append(ClaimSpec(
+            id=claim_id(NAME, f"{condition}-gelu2", "loss-below-relu2"),
+            text="with {condition}, gelu2 reaches a lower loss than relu2 (the paper: "
+                 "{gelu2_paper:g} vs {relu2_paper:g})",
+            measured="gelu2 {loss_gelu2:.4f} vs relu2 {loss_relu2:.4f}",
+            check=lt(n["loss_gelu2"], n["loss_relu2"]), source="bug-or-feature-short",
+            where=SHORT_TABLE7, numbers=n, quoted=("gelu2_paper", "relu2_paper")))
+    return specs
+
+
+def _depth_claims(summary: dict) -> list[ClaimSpec]:
+    """Where in depth the spike sits (§6: "early layers"), at the depth arm's shape and, for
+    the same activations, at the base's; GELU² against ReLU², and Tables 7-8, at that depth."""
+    depth = summary.get("depth")
+    if not depth:
+        return []
+    condition = f"{depth['n_layer']}-layers"
+    specs = []
+    for spec, arm in depth["activations"].items():
+        specs += _location_claim(f"{condition}-{spec}", spec, arm, depth["n_layer"])
+        base = summary["activations"].get(spec)
+        if base and depth["base_n_layer"] != depth["n_layer"]:
+            specs += _location_claim(f"{depth['base_n_layer']}-layers-{spec}", spec, base,
+                                     depth["base_n_layer"])
+    specs += _gelu2_claims(condition, depth["activations"])
+    specs += _spike_layer_claims(depth["spike_layers"], f"{condition}-spike-layers")
+    return specs
+
+
+def _location_claim(condition: str, spec: str, arm: dict, n_layer: int) -> list[ClaimSpec]:
+    """The spike's block (1-based, mean over seeds) in the first third of ``n_layer`` blocks."""
+    block = arm.get("spike_block", float("nan"))
+    if not np.isfinite(block):
+        return []
+    n = {"spec": spec, "block": block + 1.0, "n_layer": n_layer,
+         "bar": n_layer / 3.0,  # ours: "early" read as the first third of the blocks
+         "paper_last": 4.0, "paper_layers": 12.0}  # App. B.3.1: spike layers L1-L4 of 12
+    return [ClaimSpec(
+        id=claim_id(NAME, condition, "spike-in-first-third"),
+        text="{spec}'s spike (largest down-projection input range) sits in an early block: "
+             "block number <= {bar:.3g}, the first third of {n_layer} (ours; the paper: early "
+             "layers, its spike layers L1-L{paper_last:g} of {paper_layers:g})",
+        measured="block {block:.2f} of {n_layer} (1-based, mean over seeds)",
+        check=le(n["block"], n["bar"]), source="bug-or-feature",
+        where="§6; App. B.3.1, Table 7", numbers=n, quoted=("paper_last", "paper_layers"))]

@@ -1,5 +1,6 @@
 """The ``spikes`` summary: per activation, val loss and the down-projection input ranges; over
-all runs, the spike layers against the rest (App. B.3.1)."""
+the base runs, the spike layers against the rest (App. B.3.1); the same per norm and at the
+depth arm's shape when those arms ran (:mod:`actlab.experiments.spikes.arms`)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from actlab.analysis import mean_or_nan, sd_or_nan
+from actlab.experiments.spikes import arms
 from actlab.experiments.spikes.measures import WEIGHT_KINDS
 
 if TYPE_CHECKING:
@@ -15,31 +17,86 @@ if TYPE_CHECKING:
 
 
 def build_summary(config: SpikesConfig, table: Any, results: list[dict]) -> dict:
-    """Per activation: val loss mean/sd, per-layer max (over seeds) and mean range, sparsity."""
+    """Per activation: val loss mean/sd, per-layer max (over seeds) and mean range, sparsity;
+    the spike layers of the base runs against the rest; and, when those arms ran, the same per
+    activation under each normalisation (``norms``) and at the depth arm's shape (``depth``)."""
     summary: dict = {"scale": (f"{config.n_layer} layers, d={config.n_embd}, context "
                                f"{config.block_size}, batch {config.batch_size}, "
                                f"{config.steps} steps on {config.data}"), "activations": {}}
+    failed = _failed_runs(config, results)
     for spec in config.activations:
-        rows = table[table.run == spec]
-        final = rows[rows.metric == "val_loss"].sort_values("step").groupby("seed").value.last()
-        ranges = rows[rows.metric == "act_range"]
-        per_layer = ranges.groupby("layer").value
-        failed = [r for r in results if r["unit"].get("activation") == spec and r["status"] != "ok"]
-        summary["activations"][spec] = {
-            "val_loss": {"mean": mean_or_nan(final.tolist()), "sd": sd_or_nan(final.tolist()),
-                         "per_seed": {str(k): float(v) for k, v in final.items()}},
-            "max_range": {k: float(v) for k, v in per_layer.max().items()},
-            "range_mean": {k: float(v) for k, v in per_layer.mean().items()},
-            "sparsity": _per_layer_mean(rows, "sparsity"),
-            "largest_range": float(ranges.value.max()) if len(ranges) else float("nan"),
-            "largest_range_per_seed": {str(k): float(v) for k, v in
-                                       ranges.groupby("seed").value.max().items()},
-            "inputs": {metric: _per_layer_mean(rows, source) for metric, source in INPUTS.items()},
-            "weight_std": {kind: _per_layer_mean(rows, f"w_std_{kind}") for kind in WEIGHT_KINDS},
-            "failed_runs": len(failed),
-        }
-    summary["spike_layers"] = spike_layer_statistics(table)
+        summary["activations"][spec] = arm_summary(table, spec, failed.get(spec, 0))
+    summary["spike_layers"] = spike_layer_statistics(table[table.run.isin(config.activations)])
+    if arms.norm_arms(config):
+        summary["norms"] = {
+            "base": config.norm,
+            "arms": {norm: {spec: arm_summary(table, run, failed.get(run, 0))
+                            for spec in config.norm_activations
+                            for run in [arms.norm_run(config, norm, spec)]}
+                     for norm in arms.norm_arms(config)}}
+    if config.depth_layers:
+        prefix = arms.depth_name(config.depth_layers, config.depth_width)
+        runs = {spec: f"{prefix}/{spec}" for spec in config.depth_activations}
+        summary["depth"] = {
+            "n_layer": config.depth_layers, "n_embd": config.depth_width, "name": prefix,
+            "base_n_layer": config.n_layer,
+            "activations": {spec: arm_summary(table, run, failed.get(run, 0))
+                            for spec, run in runs.items()},
+            "spike_layers": spike_layer_statistics(table[table.run.isin(list(runs.values()))])}
     return summary
+
+
+def _failed_runs(config: SpikesConfig, results: list[dict]) -> dict[str, int]:
+    """Run name -> the number of its units that did not finish ok."""
+    counts: dict[str, int] = {}
+    for r in results:
+        if r["status"] != "ok":
+            run = arms.run_name(config, r["unit"])
+            counts[run] = counts.get(run, 0) + 1
+    return counts
+
+
+def arm_summary(table: Any, run: str, failed_runs: int) -> dict:
+    """One run name's numbers: final val loss over seeds; per layer the largest (over seeds)
+    and mean down-projection input range, sparsity, input extremes and weight std; the
+    largest range per seed, its mean, and the block that holds it (0-based, mean over seeds);
+    the up-projection input's largest range (max - min over a layer) per seed, its mean."""
+    rows = table[table.run == run]
+    final = rows[rows.metric == "val_loss"].sort_values("step").groupby("seed").value.last()
+    ranges = rows[rows.metric == "act_range"]
+    per_layer = ranges.groupby("layer").value
+    per_seed = ranges.groupby("seed").value.max()
+    blocks = {str(seed): float(int(group.set_index("layer").value.idxmax()))
+              for seed, group in ranges.groupby("seed")}
+    up = {str(seed): _up_range(group) for seed, group in rows.groupby("seed")}
+    up = {seed: value for seed, value in up.items() if np.isfinite(value)}
+    return {
+        "val_loss": {"mean": mean_or_nan(final.tolist()), "sd": sd_or_nan(final.tolist()),
+                     "per_seed": {str(k): float(v) for k, v in final.items()}},
+        "max_range": {k: float(v) for k, v in per_layer.max().items()},
+        "range_mean": {k: float(v) for k, v in per_layer.mean().items()},
+        "sparsity": _per_layer_mean(rows, "sparsity"),
+        "largest_range": float(ranges.value.max()) if len(ranges) else float("nan"),
+        "largest_range_per_seed": {str(k): float(v) for k, v in per_seed.items()},
+        "largest_range_mean": mean_or_nan(per_seed.tolist()),
+        "spike_block": mean_or_nan(list(blocks.values())),
+        "spike_block_per_seed": blocks,
+        "n_layer": int(ranges.layer.astype(int).max()) + 1 if len(ranges) else 0,
+        "up_in_range_mean": mean_or_nan(list(up.values())),
+        "up_in_range_per_seed": up,
+        "inputs": {metric: _per_layer_mean(rows, source) for metric, source in INPUTS.items()},
+        "weight_std": {kind: _per_layer_mean(rows, f"w_std_{kind}") for kind in WEIGHT_KINDS},
+        "failed_runs": failed_runs,
+    }
+
+
+def _up_range(rows: Any) -> float:
+    """The largest ``up_in_max - up_in_min`` over the layers of one seed's rows (NaN if none)."""
+    value = rows[rows.metric.isin(("up_in_max", "up_in_min"))].pivot_table(
+        index="layer", columns="metric", values="value", aggfunc="first")
+    if value.empty or not {"up_in_max", "up_in_min"} <= set(value.columns):
+        return float("nan")
+    return float((value["up_in_max"] - value["up_in_min"]).max())
 
 
 # the summary's names of the inputs (Table 8) -> the unit rows' metrics
