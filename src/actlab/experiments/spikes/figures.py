@@ -31,6 +31,7 @@ def draw(summary: dict, ctx: RunContext) -> None:
     fig.tight_layout()
     ctx.save_figure(fig, "spikes")
     _draw_inputs(summary, ctx)
+    _draw_arms(summary, ctx)
 
 
 def _draw_inputs(summary: dict, ctx: RunContext) -> None:
@@ -54,3 +55,43 @@ def _draw_inputs(summary: dict, ctx: RunContext) -> None:
     axes[0][0].legend(fontsize=6)
     fig.tight_layout()
     ctx.save_figure(fig, "spikes_inputs")
+
+
+def _draw_arms(summary: dict, ctx: RunContext) -> None:
+    """Save ``spikes_arms`` when an arm ran: per norm, each activation's largest range (mean
+    over seeds, each seed a dot; Fig. 6), and the depth arm's range per block (mean over seeds)
+    with the first third of the blocks shaded (what the location claim calls early)."""
+    norms, depth = summary.get("norms"), summary.get("depth")
+    if not norms and not depth:
+        return
+    plt = pyplot()
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3.8), squeeze=False)
+    left, right = axes[0]
+    if norms:
+        names = list(norms["arms"])
+        specs = list(dict.fromkeys(s for acts in norms["arms"].values() for s in acts))
+        width = 0.8 / max(len(specs), 1)
+        for j, spec in enumerate(specs):
+            for i, norm in enumerate(names):
+                arm = norms["arms"][norm].get(spec)
+                if not arm:
+                    continue
+                x = i + (j - (len(specs) - 1) / 2) * width
+                left.bar(x, arm["largest_range_mean"], width, color=f"C{j}",
+                         label=spec if i == 0 else None)
+                seeds = list(arm["largest_range_per_seed"].values())
+                left.plot([x] * len(seeds), seeds, "k.", ms=4)
+        left.set_xticks(range(len(names)), names, rotation=15, ha="right", fontsize=8)
+        left.set(yscale="log", ylabel="largest down-projection input range")
+        left.legend(fontsize=7)
+    if depth:
+        right.axvspan(0.5, depth["n_layer"] / 3 + 0.5, color="0.9")
+        for spec, arm in depth["activations"].items():
+            layers = sorted(arm["range_mean"], key=int)
+            right.plot([int(k) + 1 for k in layers], [arm["range_mean"][k] for k in layers],
+                       marker="o", label=spec)
+        right.set(yscale="log", xlabel=f"block ({depth['n_layer']} x {depth['n_embd']})",
+                  ylabel="down-projection input range (mean over seeds)")
+        right.legend(fontsize=7)
+    fig.tight_layout()
+    ctx.save_figure(fig, "spikes_arms")
