@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from actlab.analysis import mean_or_nan, sd_or_nan
-from actlab.experiments.spikes import arms
+from actlab.experiments.spikes.arms import depth_name, norm_arms, norm_run, run_name
 from actlab.experiments.spikes.measures import WEIGHT_KINDS
 
 if TYPE_CHECKING:
@@ -27,15 +27,15 @@ def build_summary(config: SpikesConfig, table: Any, results: list[dict]) -> dict
     for spec in config.activations:
         summary["activations"][spec] = arm_summary(table, spec, failed.get(spec, 0))
     summary["spike_layers"] = spike_layer_statistics(table[table.run.isin(config.activations)])
-    if arms.norm_arms(config):
+    if norm_arms(config):
         summary["norms"] = {
             "base": config.norm,
             "arms": {norm: {spec: arm_summary(table, run, failed.get(run, 0))
                             for spec in config.norm_activations
-                            for run in [arms.norm_run(config, norm, spec)]}
-                     for norm in arms.norm_arms(config)}}
+                            for run in [norm_run(config, norm, spec)]}
+                     for norm in norm_arms(config)}}
     if config.depth_layers:
-        prefix = arms.depth_name(config.depth_layers, config.depth_width)
+        prefix = depth_name(config.depth_layers, config.depth_width)
         runs = {spec: f"{prefix}/{spec}" for spec in config.depth_activations}
         summary["depth"] = {
             "n_layer": config.depth_layers, "n_embd": config.depth_width, "name": prefix,
@@ -51,7 +51,7 @@ def _failed_runs(config: SpikesConfig, results: list[dict]) -> dict[str, int]:
     counts: dict[str, int] = {}
     for r in results:
         if r["status"] != "ok":
-            run = arms.run_name(config, r["unit"])
+            run = run_name(config, r["unit"])
             counts[run] = counts.get(run, 0) + 1
     return counts
 
