@@ -50,6 +50,8 @@ def test_bad_arm_fields_are_refused() -> None:
         SpikesConfig(**FAST, norms=["rmsnrom"])
     with pytest.raises(ConfigError, match="depth_width"):
         SpikesConfig(**FAST, depth_layers=12, depth_width=66)  # 4 heads
+    with pytest.raises(ConfigError, match="depth_layers"):
+        SpikesConfig(**FAST, model="gpt-nano", depth_layers=12)  # the preset's 12 x 768
 
 
 def _rows(run: str, seed: int, ranges: list[float], up: list[tuple[float, float]],

@@ -76,6 +76,9 @@ class SpikesConfig(LMScale):
         for norm in self.norms:
             self.model_config(norm=norm)
         if self.depth_layers:
+            if self.model != "custom":  # a preset's shape would overwrite the arm's
+                raise ConfigError("depth_layers", f"the depth arm needs model='custom' (its "
+                                                  f"own shape), got model={self.model!r}")
             if self.depth_width % self.n_head:
                 raise ConfigError("depth_width", f"must be a multiple of n_head={self.n_head}, "
                                                  f"got {self.depth_width}")
