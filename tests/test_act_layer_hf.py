@@ -133,6 +133,7 @@ from transformers import AutoModel, AutoModelForCausalLM
 from actlab.integrations.transformers import register
 register()
 folder = sys.argv[1]
+torch.set_num_threads(int(sys.argv[2]))  # the parent's: matmul sums in the same order
 ids = torch.load(folder + "/ids.pt")
 out = {}
 for name, auto in (("llama", AutoModelForCausalLM), ("bert", AutoModel),
@@ -166,7 +167,10 @@ def test_hidden_act_models_save_and_reload_in_a_fresh_process(hf, tmp_path) -> N
         "actlab:gelu:adaptive"
     env = {**os.environ, "HF_HUB_OFFLINE": "1",
            "PYTHONPATH": SRC + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    done = subprocess.run([sys.executable, "-c", RELOAD, str(tmp_path)], env=env,
+    # compared bit for bit, so the child computes on as many threads as this process (an
+    # earlier test may have left it at one; a different count reorders the matmul sums)
+    done = subprocess.run([sys.executable, "-c", RELOAD, str(tmp_path),
+                           str(torch.get_num_threads())], env=env,
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert json.loads(done.stdout.strip().splitlines()[-1]) == {
