@@ -79,9 +79,6 @@ EXTRA_PENDING: dict[str, str] = {
 RERUN: dict[str, str] = {
     "spikes": "default (3 seeds) predates per-seed summaries: re-run, about 6.8 CPU h",
     "gated-ffn": "default (3 seeds) predates per-seed summaries: re-run, about 6.7 CPU h",
-    "lm-shift": "the committed default trained on the gpt-nano recipe, the default before "
-                "nanoGPT's, and predates per-seed summaries: re-run on nanoGPT's recipe, about "
-                "4.4 CPU h (8 of its 12 units, all of GELU, are kept under partial/)",
     "lm-drift": "default has 2 seeds, LayerNorm only, and predates per-seed summaries: re-run "
                 "with 3 seeds and both norms, about 3.9 CPU h",
     "dit-percentile": "default has 2 seeds and predates per-seed summaries: re-run with 3, "
@@ -97,9 +94,7 @@ RERUN: dict[str, str] = {
 FULL_DIR = "full"  # the --full run kept beside an experiment's default-scale reference
 # References measured with settings that are no longer the experiment's defaults: how to
 # run them again (shown in the entry as "recipe").
-RECIPES: dict[str, str] = {
-    "lm-shift": "--set optimizer=muon --set bias=true (the gpt-nano recipe)",
-}
+RECIPES: dict[str, str] = {}
 
 
 def compact_png(path: Path) -> None:
