@@ -184,7 +184,10 @@ def test_plan_paper_prices_the_papers_models(cifar, images):
     assert resnet["steps"] == 50 * 390 + 391  # 50 epochs, then one epoch of fine-tuning
     assert resnet["params"] == 11_173_952  # ResNet-18 without a head bias (test_paper_sizes)
     units = plan("sparsity", cifar, "percentile_levels=0.5,0.9")["units"]
-    assert len(units) == 3 * (2 + 5)  # three models, 2 percentile and App. D.3's 5 Top-K levels
+    # three models, 2 percentile and App. D.3's 5 Top-K levels; the ResNet also App. B.2's three
+    # per-channel levels
+    assert len(units) == 3 * (2 + 5) + 3
+    assert sum("topk-channel" in u["unit"] for u in units) == 3
     assert {u["steps"] for u in units if u["label"].startswith("resnet")} == {50 * 390}
     assert plan("sparse-activations", cifar)["total"]["gpu_hours"] > 0
     vit = plan("vit-shift", images)["units"][0]

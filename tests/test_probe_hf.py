@@ -33,14 +33,22 @@ def test_probe_on_bert_matches_brute_force_and_leaves_no_trace(bert) -> None:
     inter = bert.encoder.layer[2].intermediate
     h1 = inter.dense.register_forward_hook(lambda m, i, o: captured.update(x=i[0], p=o))
     h2 = inter.intermediate_act_fn.register_forward_hook(lambda m, i, o: captured.update(a=o))
-    out = bert(input_ids=ids, attention_mask=mask, output_hidden_states=True)
+    # each block's output from a hook of our own (transformers' output_hidden_states records
+    # through hooks of its own, installed once per model: not what this test measures)
+    blocks = []
+    hb = [layer.register_forward_hook(
+        lambda m, i, o: blocks.append(o[0] if isinstance(o, tuple) else o))
+        for layer in bert.encoder.layer]
+    out = bert(input_ids=ids, attention_mask=mask)
     p = captured["p"]
     g, = torch.autograd.grad(out.last_hidden_state.pow(2).mean(), p)
     h1.remove()
     h2.remove()
+    for h in hb:
+        h.remove()
     x, a = captured["x"].detach(), captured["a"].detach()
     p = p.detach()
-    hidden = [t.detach() for t in out.hidden_states]
+    hidden = [t.detach() for t in blocks]
 
     def all_hooks() -> list:
         found = []
@@ -79,7 +87,7 @@ def test_probe_on_bert_matches_brute_force_and_leaves_no_trace(bert) -> None:
     # BertLayer returns a tuple or a tensor; hidden_mean is the mean of its hidden states
     for i in range(6):
         assert value(f"encoder.layer.{i}", "hidden_mean") == pytest.approx(
-            float(hidden[i + 1].mean()), rel=1e-4, abs=1e-6)
+            float(hidden[i].mean()), rel=1e-4, abs=1e-6)
     assert value("pooler.activation", "saturation_frac") >= 0
     assert set(df[df.metric == "drift_z"].layer) == {f"encoder.layer.{i}.intermediate.dense"
                                                      for i in range(6)}

@@ -126,3 +126,17 @@ def test_patch_bert_changes_exactly_the_mlp_activations(bert_path: str) -> None:
     layer = model.encoder.layer[0].intermediate
     h = torch.randn(1, 3, 384)
     assert torch.equal(layer(h), torch.relu(layer.dense(h)))
+
+
+def test_call_order_lists_sites_and_watched_modules_without_touching_the_model() -> None:
+    from actlab.surgery import call_order
+
+    first, norm, act, second = nn.Linear(3, 4), nn.BatchNorm1d(4), nn.ReLU(), nn.Linear(4, 2)
+    model = nn.Sequential(first, norm, act, second).train()
+    before = norm.running_mean.clone(), int(norm.num_batches_tracked)
+    watched = (nn.Linear, nn.BatchNorm1d)
+    calls = call_order(model, torch.randn(5, 3), lambda m: isinstance(m, watched))
+    assert calls == [(first, False), (norm, False), (act, True), (second, False)]
+    # the pass ran on a meta copy: the model's statistics, mode and device are untouched
+    assert torch.equal(norm.running_mean, before[0]) and int(norm.num_batches_tracked) == before[1]
+    assert model.training and first.weight.device.type == "cpu"

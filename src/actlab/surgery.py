@@ -113,6 +113,42 @@ def find_activations(model: nn.Module) -> dict[str, nn.Module]:
     return sites
 
 
+def call_order(model: nn.Module, x: object,
+               watch: Callable[[nn.Module], bool]) -> list[tuple[nn.Module, bool]]:
+    """Every module of ``model`` that is an activation site (:func:`find_activations`) or that
+    ``watch`` selects, in the order one forward pass on ``x`` calls it, each with whether it
+    is an activation site (a module called twice appears twice).
+
+    The pass runs on a storage-free copy on the ``meta`` device in eval mode: it costs no
+    arithmetic, whatever device ``model`` and ``x`` are on, and changes none of ``model``'s
+    statistics (a norm's running values, a counter of computed batches). The returned modules
+    are ``model``'s own. A forward that reads tensor values (``.item()``, data-dependent
+    branches) cannot be traced this way.
+    """
+    import copy
+
+    import torch
+
+    own = dict(model.named_modules())
+    twin = copy.deepcopy(model).to("meta").eval()
+    acts = {id(m) for m in find_activations(twin).values()}
+    names = {id(m): name for name, m in twin.named_modules()}
+    calls: list[tuple[nn.Module, bool]] = []
+
+    def record(module: nn.Module, args: tuple) -> None:
+        calls.append((own[names[id(module)]], id(module) in acts))
+
+    hooks = [m.register_forward_pre_hook(record) for m in twin.modules()
+             if id(m) in acts or watch(m)]
+    try:
+        with torch.no_grad():
+            twin(x.to("meta") if isinstance(x, torch.Tensor) else x)
+    finally:
+        for h in hooks:
+            h.remove()
+    return calls
+
+
 def closest_names(name: str, valid: Iterable[str], n: int = 3) -> list[str]:
     """The valid names closest to a misspelt ``name`` (for error messages)."""
     valid = list(valid)

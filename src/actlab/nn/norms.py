@@ -287,3 +287,9 @@ def make_norm(name: str, dim: int, *, channels_first: bool = False, bias: bool =
 def norm_modules(model: nn.Module) -> list[_PercentileNorm]:
     """All Percentile Centering layers inside ``model`` (e.g. to freeze or inspect them)."""
     return [m for m in model.modules() if isinstance(m, _PercentileNorm)]
+
+
+def is_norm(module: nn.Module) -> bool:
+    """Whether ``module`` is a normalisation layer: its class name says so (``LayerNorm``,
+    ``BatchNorm2d``, ``RMSNorm``, ``GroupNorm`` and ours alike)."""
+    return "norm" in type(module).__name__.lower()

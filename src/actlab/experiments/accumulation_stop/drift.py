@@ -14,42 +14,21 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from actlab.nn.norms import is_norm
 
-@torch.no_grad()
+
 def post_activation_linears(model: nn.Module, x: Tensor) -> list[nn.Linear]:
-    """The ``nn.Linear`` layers of ``model`` that read an activation's output on input ``x``.
+    """The ``nn.Linear`` layers of ``model`` that read an activation's output on input ``x``:
+    those called directly after an activation, with no norm or other linear in between (the
+    call order of one storage-free pass, :func:`actlab.surgery.call_order`)."""
+    from actlab.surgery import call_order
 
-    The forward pass runs on a copy in eval mode, so that no statistic of ``model`` (a norm's
-    running values or its count of computed statistics) changes.
-    """
-    import copy
-
-    from actlab.surgery import find_activations
-
-    original = dict(model.named_modules())
-    model = copy.deepcopy(model)
-    names = {id(m): name for name, m in model.named_modules()}
-    acts = {id(m) for m in find_activations(model).values()}
-    calls: list[nn.Module] = []
-    watched = [m for m in model.modules()
-               if id(m) in acts or isinstance(m, nn.Linear) or _is_norm(m)]
-    hooks = [m.register_forward_pre_hook(lambda mod, args: calls.append(mod)) for m in watched]
-    model.eval()
-    model(x)
-    for h in hooks:
-        h.remove()
+    calls = call_order(model, x, lambda m: isinstance(m, nn.Linear) or is_norm(m))
     found: list[nn.Linear] = []
-    for before, after in zip(calls, calls[1:]):
-        if id(before) in acts and isinstance(after, nn.Linear):
-            layer = original[names[id(after)]]
-            if layer not in found:
-                found.append(layer)
+    for (_, before_is_act), (after, _) in zip(calls, calls[1:]):
+        if before_is_act and isinstance(after, nn.Linear) and after not in found:
+            found.append(after)
     return found
-
-
-def _is_norm(module: nn.Module) -> bool:
-    """Whether ``module`` is a norm (its class name says so: ours and PyTorch's)."""
-    return "norm" in type(module).__name__.lower()
 
 
 @torch.no_grad()

@@ -16,41 +16,25 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from actlab.nn.norms import is_norm
+
 WEIGHT_LAYERS = (nn.Linear, nn.Conv2d)
 
 
-def _is_norm(module: nn.Module) -> bool:
-    """Whether ``module`` is a norm (its class name says so: ours and PyTorch's)."""
-    return "norm" in type(module).__name__.lower()
-
-
-@torch.no_grad()
 def pre_activation_layers(model: nn.Module, x: Tensor) -> list[nn.Module]:
     """The weight layers whose outputs are the activations' pre-activations (module doc), in
-    call order, from one forward pass of a copy of ``model`` in eval mode."""
-    import copy
+    call order, from one storage-free pass (:func:`actlab.surgery.call_order`)."""
+    from actlab.surgery import call_order
 
-    from actlab.surgery import find_activations
-
-    original = dict(model.named_modules())
-    twin = copy.deepcopy(model).eval()
-    names = {id(m): name for name, m in twin.named_modules()}
-    acts = {id(m) for m in find_activations(twin).values()}
-    calls: list[nn.Module] = []
-    hooks = [m.register_forward_pre_hook(lambda mod, args: calls.append(mod))
-             for m in twin.modules()
-             if id(m) in acts or isinstance(m, WEIGHT_LAYERS) or _is_norm(m)]
-    twin(x)
-    for h in hooks:
-        h.remove()
+    calls = call_order(model, x, lambda m: isinstance(m, WEIGHT_LAYERS) or is_norm(m))
     found: list[nn.Module] = []
     last: nn.Module | None = None  # the weight layer since which only norms were called
-    for module in calls:
+    for module, is_activation in calls:
         if isinstance(module, WEIGHT_LAYERS):
             last = module
-        elif id(module) in acts:
-            if last is not None and original[names[id(last)]] not in found:
-                found.append(original[names[id(last)]])
+        elif is_activation:
+            if last is not None and last not in found:
+                found.append(last)
             last = None
     return found
 
@@ -72,11 +56,12 @@ def linear_neg_frac(model: nn.Module, x: Tensor, batch_size: int = 512) -> float
         return hook
 
     hooks = [layer.register_forward_hook(count(i)) for i, layer in enumerate(layers)]
+    device = next(model.parameters()).device  # the trained model may sit on an accelerator
     was_training = model.training
     model.eval()
     try:
         for start in range(0, len(x), batch_size):
-            model(x[start:start + batch_size])
+            model(x[start:start + batch_size].to(device))
     finally:
         model.train(was_training)
         for h in hooks:
