@@ -140,3 +140,20 @@ def test_call_order_lists_sites_and_watched_modules_without_touching_the_model()
     # the pass ran on a meta copy: the model's statistics, mode and device are untouched
     assert torch.equal(norm.running_mean, before[0]) and int(norm.num_batches_tracked) == before[1]
     assert model.training and first.weight.device.type == "cpu"
+
+
+def test_call_order_traces_a_forward_that_reads_values_where_the_model_lives() -> None:
+    from actlab.surgery import call_order
+
+    class Counted(nn.Module):  # reads a buffer's value, which no meta tensor has
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin, self.act = nn.Linear(3, 3), nn.GELU()
+            self.register_buffer("count", torch.zeros((), dtype=torch.long))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.act(self.lin(x)) if int(self.count) >= 0 else x
+
+    model = Counted()
+    calls = call_order(model, torch.randn(2, 3), lambda m: isinstance(m, nn.Linear))
+    assert calls == [(model.lin, False), (model.act, True)]

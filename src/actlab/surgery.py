@@ -119,34 +119,43 @@ def call_order(model: nn.Module, x: object,
     ``watch`` selects, in the order one forward pass on ``x`` calls it, each with whether it
     is an activation site (a module called twice appears twice).
 
-    The pass runs on a storage-free copy on the ``meta`` device in eval mode: it costs no
-    arithmetic, whatever device ``model`` and ``x`` are on, and changes none of ``model``'s
-    statistics (a norm's running values, a counter of computed batches). The returned modules
-    are ``model``'s own. A forward that reads tensor values (``.item()``, data-dependent
-    branches) cannot be traced this way.
+    The pass runs on a copy in eval mode, so none of ``model``'s statistics change (a norm's
+    running values, its count of computed batches); the returned modules are ``model``'s own.
+    The copy is storage-free, on the ``meta`` device, so the pass costs no arithmetic; a
+    forward that reads a tensor's value (a frozen norm's step counter, a data-dependent
+    branch) cannot run there, and is traced on a copy where ``model`` lives instead.
     """
     import copy
 
     import torch
 
+    from actlab.device import to_model_device
+
     own = dict(model.named_modules())
-    twin = copy.deepcopy(model).to("meta").eval()
-    acts = {id(m) for m in find_activations(twin).values()}
-    names = {id(m): name for name, m in twin.named_modules()}
-    calls: list[tuple[nn.Module, bool]] = []
 
-    def record(module: nn.Module, args: tuple) -> None:
-        calls.append((own[names[id(module)]], id(module) in acts))
+    def trace(twin: nn.Module, inputs: object) -> list[tuple[nn.Module, bool]]:
+        acts = {id(m) for m in find_activations(twin).values()}
+        names = {id(m): name for name, m in twin.named_modules()}
+        calls: list[tuple[nn.Module, bool]] = []
 
-    hooks = [m.register_forward_pre_hook(record) for m in twin.modules()
-             if id(m) in acts or watch(m)]
+        def record(module: nn.Module, args: tuple) -> None:
+            calls.append((own[names[id(module)]], id(module) in acts))
+
+        hooks = [m.register_forward_pre_hook(record) for m in twin.modules()
+                 if id(m) in acts or watch(m)]
+        try:
+            with torch.no_grad():
+                twin.eval()(inputs)
+        finally:
+            for h in hooks:
+                h.remove()
+        return calls
+
+    is_tensor = isinstance(x, torch.Tensor)
     try:
-        with torch.no_grad():
-            twin(x.to("meta") if isinstance(x, torch.Tensor) else x)
-    finally:
-        for h in hooks:
-            h.remove()
-    return calls
+        return trace(copy.deepcopy(model).to("meta"), x.to("meta") if is_tensor else x)
+    except (RuntimeError, NotImplementedError):  # the forward read a value: no meta pass
+        return trace(copy.deepcopy(model), to_model_device(model, x) if is_tensor else x)
 
 
 def closest_names(name: str, valid: Iterable[str], n: int = 3) -> list[str]:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from actlab.device import to_model_device
 from actlab.nn.norms import is_norm
 
 WEIGHT_LAYERS = (nn.Linear, nn.Conv2d)
@@ -56,12 +57,12 @@ def linear_neg_frac(model: nn.Module, x: Tensor, batch_size: int = 512) -> float
         return hook
 
     hooks = [layer.register_forward_hook(count(i)) for i, layer in enumerate(layers)]
-    device = next(model.parameters()).device  # the trained model may sit on an accelerator
     was_training = model.training
     model.eval()
     try:
         for start in range(0, len(x), batch_size):
-            model(x[start:start + batch_size].to(device))
+            # the trained model may sit on an accelerator
+            model(to_model_device(model, x[start:start + batch_size]))
     finally:
         model.train(was_training)
         for h in hooks:
