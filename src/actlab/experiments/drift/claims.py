@@ -118,18 +118,7 @@ def _positive_gradient(act: str, e: dict) -> ClaimSpec:
 
 def _relu_conditions(relu: dict) -> list[ClaimSpec]:
     """ReLU's sparsity, and its drift on digits, with PyTorch's default init and with skips."""
-    specs = []
-    for cond, label, where in (("main", "random data", "§4"),):
-        e = relu if cond == "main" else relu.get("digits")
-        if e and e.get("sparsity_start") is not None and e.get("sparsity_end") is not None:
-            n = {"start": e["sparsity_start"], "end": e["sparsity_end"], "margin": 0.02}
-            specs.append(ClaimSpec(
-                id=claim_id(NAME, "relu", cond, "sparsity-rises"),
-                text=f"relu without norm, {label}: sparsity rises over training (by > "
-                     "{margin:g})",
-                measured="{start:.3f} -> {end:.3f}",
-                check=gt(n["end"], n["start"] + n["margin"]), source=PAPER, where=where,
-                numbers=n))
+    specs = _sparsity_rises(relu, "main", "random data", "§4")
     di = relu.get("default-init")
     if (di and relu.get("mean_shift_later_layers") is not None
             and di["mean_shift_later_layers"] is not None):
@@ -217,16 +206,20 @@ def _real_data_claims(relu: dict) -> list[ClaimSpec]:
                      "hidden layers 2.. drift negative",
                 measured="{shift:+.2e}", check=lt(n["shift"], 0.0), source=PAPER,
                 where="App. B.1.3, App. D.2 (CIFAR-10)", numbers=n))
-        if e.get("sparsity_start") is not None and e.get("sparsity_end") is not None:
-            n = {"start": e["sparsity_start"], "end": e["sparsity_end"], "margin": 0.02}
-            specs.append(ClaimSpec(
-                id=claim_id(NAME, "relu", cond, "sparsity-rises"),
-                text=f"relu without norm, real data, {init}: sparsity rises over training (by > "
-                     "{margin:g})",
-                measured="{start:.3f} -> {end:.3f}",
-                check=gt(n["end"], n["start"] + n["margin"]), source=PAPER,
-                where="App. B.1.3", numbers=n))
+        specs += _sparsity_rises(e, cond, f"real data, {init}", "App. B.1.3")
     return specs
+
+
+def _sparsity_rises(e: dict, cond: str, label: str, where: str) -> list[ClaimSpec]:
+    """ReLU's sparsity rises over training by more than 0.02 (ours) in condition ``cond``."""
+    if e.get("sparsity_start") is None or e.get("sparsity_end") is None:
+        return []
+    n = {"start": e["sparsity_start"], "end": e["sparsity_end"], "margin": 0.02}
+    return [ClaimSpec(
+        id=claim_id(NAME, "relu", cond, "sparsity-rises"),
+        text=f"relu without norm, {label}: sparsity rises over training (by > {{margin:g}})",
+        measured="{start:.3f} -> {end:.3f}",
+        check=gt(n["end"], n["start"] + n["margin"]), source=PAPER, where=where, numbers=n)]
 
 
 def _hidden_shifts(e: dict) -> list[tuple[int, float]]:

@@ -257,24 +257,20 @@ def _norm_claims(norms: dict | None) -> list[ClaimSpec]:
                  "range_rms": other.get("largest_range_mean", float("nan")),
                  "up": arm.get("up_in_range_mean", float("nan")),
                  "up_rms": other.get("up_in_range_mean", float("nan"))}
-            if np.isfinite(n["range"]) and np.isfinite(n["range_rms"]):
-                specs.append(ClaimSpec(
-                    id=claim_id(NAME, f"{norm}-{spec}", "spike-range-below-rmsnorm"),
-                    text="under {norm} the spike range of {spec} is smaller than under {rms} "
-                         "(largest down-projection input range over the layers; the paper: "
-                         "spike ranges shrink with centring or quantile normalisation)",
-                    measured="{range:.2f} vs {range_rms:.2f} (mean over seeds)",
-                    check=lt(n["range"], n["range_rms"]), source="bug-or-feature", where=FIG6,
-                    numbers=n))
-            if np.isfinite(n["up"]) and np.isfinite(n["up_rms"]):
-                specs.append(ClaimSpec(
-                    id=claim_id(NAME, f"{norm}-{spec}", "up-input-range-below-rmsnorm"),
-                    text="under {norm} the up-projection input range of {spec} is smaller than "
-                         "under {rms} (largest max - min over the layers; the paper: the same "
-                         "pattern as the spikes)",
-                    measured="{up:.2f} vs {up_rms:.2f} (mean over seeds)",
-                    check=lt(n["up"], n["up_rms"]), source="bug-or-feature", where=FIG6,
-                    numbers=n))
+            for key, slug, what in (
+                    ("range", "spike-range", "the spike range of {spec} is smaller than under "
+                     "{rms} (largest down-projection input range over the layers; the paper: "
+                     "spike ranges shrink with centring or quantile normalisation)"),
+                    ("up", "up-input-range", "the up-projection input range of {spec} is "
+                     "smaller than under {rms} (largest max - min over the layers; the paper: "
+                     "the same pattern as the spikes)")):
+                if np.isfinite(n[key]) and np.isfinite(n[f"{key}_rms"]):
+                    specs.append(ClaimSpec(
+                        id=claim_id(NAME, f"{norm}-{spec}", f"{slug}-below-rmsnorm"),
+                        text="under {norm} " + what,
+                        measured=f"{{{key}:.2f}} vs {{{key}_rms:.2f}} (mean over seeds)",
+                        check=lt(n[key], n[f"{key}_rms"]), source="bug-or-feature", where=FIG6,
+                        numbers=n))
     return specs
 
 
