@@ -125,13 +125,14 @@ class IndicatorFit:
 
 
 def fit_cliff_indicator(sparsity: Sequence[float], performance: Sequence[float],
-                        indicator: Sequence[float]) -> IndicatorFit:
+                        indicator: Sequence[float], base: CliffFit | None = None) -> IndicatorFit:
     """Least-squares fit of ``A + C m - B s^N`` (``B, N >= 0``), ``m`` the 0/1 ``indicator``.
 
     "Bug or Feature²" §4.1 adds "a mechanism indicator to the power law model" (R² 0.565 ->
     0.618) without writing the model out; an additive offset per mechanism is our reading, the
     smallest model that nests :func:`fit_cliff` (``C = 0``), so its R² is never below the
     power law's at the best fit. Needs at least 4 finite points with sparsity in [0, 1].
+    ``base``: :func:`fit_cliff` of the same points, where the caller has it already.
     """
     from scipy.optimize import curve_fit
 
@@ -154,7 +155,7 @@ def fit_cliff_indicator(sparsity: Sequence[float], performance: Sequence[float],
         return A + C * x[1] - B * np.power(x[0], N)
 
     # start from the power law's own best fit (C = 0) so the nested model cannot end worse
-    base = fit_cliff(s, a)
+    base = base if base is not None else fit_cliff(s, a)
     x = np.vstack([s, m])
     best = (float(np.sum((a - model(x, base.A, base.B, base.N, 0.0)) ** 2)),
             (base.A, base.B, base.N, 0.0))

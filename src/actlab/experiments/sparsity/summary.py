@@ -16,6 +16,7 @@ from actlab.recipes.image_classifier import data_label
 
 if TYPE_CHECKING:
     from actlab.experiments.sparsity import SparsityConfig
+    from actlab.theory.fit import CliffFit
 
 
 def table_points(table: pd.DataFrame) -> list[dict[str, Any]]:
@@ -64,7 +65,7 @@ def build_summary(config: SparsityConfig, table: pd.DataFrame,
         fit = fit_cliff([p["sparsity"] for p in points], norm)
         summary.update({"A": fit.A, "B": fit.B, "N": fit.N, "r2": fit.r2,
                         "cliff_sparsity": fit.cliff_sparsity, "n_points": fit.n_points})
-        summary["mechanism_fit"] = mechanism_fit(points, norm, fit.r2)
+        summary["mechanism_fit"] = mechanism_fit(points, norm, fit)
         summary["per_model"] = per_model(points)
     else:
         summary.update({"A": None, "B": None, "N": None, "r2": None, "cliff_sparsity": None,
@@ -73,7 +74,7 @@ def build_summary(config: SparsityConfig, table: pd.DataFrame,
     return summary
 
 
-def mechanism_fit(points: list[dict[str, Any]], norm: np.ndarray, r2: float
+def mechanism_fit(points: list[dict[str, Any]], norm: np.ndarray, power_law: CliffFit
                   ) -> dict[str, Any] | None:
     """§4.1's mechanism indicator added to the power law (:func:`~actlab.theory.fit.
     fit_cliff_indicator`, ``m = 1`` for Top-K): its parameters and R² beside the power law's,
@@ -84,7 +85,8 @@ def mechanism_fit(points: list[dict[str, Any]], norm: np.ndarray, r2: float
     m = np.array([1.0 if p["method"] == "topk" else 0.0 for p in points])
     if len(points) < 4 or m.min() == m.max():
         return None
-    fit = fit_cliff_indicator([p["sparsity"] for p in points], norm, m)
+    fit = fit_cliff_indicator([p["sparsity"] for p in points], norm, m, base=power_law)
+    r2 = power_law.r2
     keep = np.isfinite(norm)
     y, mk = np.asarray(norm, dtype=float)[keep], m[keep]
     means = np.where(mk == 1, y[mk == 1].mean(), y[mk == 0].mean())
