@@ -178,6 +178,9 @@ def test_accumulation_stop_freezes_and_reports_ratios(tmp_path):
     assert entry["percentile"]["stat_computations"] == 41  # 40 steps + 1 evaluation pass
     # the drift of Fig. 12: same initial weights per seed, so the shifts differ only by training
     assert all(math.isfinite(e["weight_mean_shift"]) for e in entry.values())
+    # where the pre-activations sit against the centre: dynamic percentiles re-centre at q = 0.5
+    assert all(0 <= e["centred_negative_share"] <= 1 and math.isfinite(e["norm_input_mean_shift"])
+               for e in entry.values())
     claims = {c.id: c for c in exp.claims(summary)}
     assert len(claims) == 4
     drift = claims["accumulation-stop/mlp/frozen-keeps-drift"]
@@ -203,6 +206,32 @@ def test_post_activation_linears_are_the_layers_reading_an_activation():
     expected = torch.stack([m.weight.mean() for m in found]).mean()
     assert mean_weight(found) == pytest.approx(float(expected))
     assert math.isnan(mean_weight([]))
+
+
+def test_norm_statistics_read_each_norms_input_mean_and_negative_output_share():
+    import torch
+    from torch import nn
+
+    from actlab.experiments.accumulation_stop.drift import norm_statistics
+
+    torch.manual_seed(0)
+    first, second = nn.Linear(6, 5), nn.Linear(5, 5)
+    norm1, norm2 = nn.BatchNorm1d(5), nn.LayerNorm(5)
+    norm1.running_mean.fill_(0.3)  # eval mode must use this, and not update it
+    before = norm1.num_batches_tracked.clone()
+    model = nn.Sequential(first, norm1, nn.ReLU(), second, norm2, nn.ReLU()).train()
+    x = torch.randn(32, 6)
+    with torch.no_grad():  # the dense forward pass in eval mode, by hand
+        p1 = first(x)
+        o1 = (p1 - 0.3) / torch.sqrt(torch.tensor(1.0 + norm1.eps))
+        p2 = second(o1.clamp_min(0))
+        o2 = nn.functional.layer_norm(p2, (5,), norm2.weight, norm2.bias, norm2.eps)
+    mean, negative = norm_statistics(model, x)
+    assert mean == pytest.approx(float((p1.mean() + p2.mean()) / 2))
+    assert negative == pytest.approx(float(((o1 < 0).float().mean() + (o2 < 0).float().mean()) / 2))
+    assert model.training and float(norm1.running_mean[0]) == pytest.approx(0.3)
+    assert norm1.num_batches_tracked == before
+    assert all(math.isnan(v) for v in norm_statistics(nn.Sequential(nn.Linear(6, 2)), x))
 
 
 def test_experiments_read_cifar_when_pointed_to_it(tmp_path):

@@ -16,7 +16,10 @@ Beside the speed, each run records its weight drift (App. B.1.4, Fig. 12: Accumu
 "does not disturb weight drift"): ``weight_mean_shift``, the change over training of the mean
 weight of the layers that read an activation's output
 (:mod:`actlab.experiments.accumulation_stop.drift`), compared between the frozen and the
-dynamic percentiles.
+dynamic percentiles. ``norm_input_mean_shift`` (the change over training of the mean input
+of the norm layers) and ``centred_negative_share`` (the share of their outputs below zero at
+the end, eval mode: the MLP ReLU's sparsity) show whether the frozen centre still sits where
+the pre-activations are (:func:`~actlab.experiments.accumulation_stop.drift.norm_statistics`).
 
 ``image_dir=DIR`` trains on an image folder (``DIR/train``, ``DIR/val``; streamed, center
 crops of ``image_size`` with RandAugment ``randaugment``) instead of the digits or CIFAR-10,
@@ -28,6 +31,7 @@ against the run's steps when it starts.
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,7 +41,11 @@ import torch
 
 from actlab.errors import ConfigError
 from actlab.experiments.accumulation_stop.claims import claims as summary_claims
-from actlab.experiments.accumulation_stop.drift import mean_weight, post_activation_linears
+from actlab.experiments.accumulation_stop.drift import (
+    mean_weight,
+    norm_statistics,
+    post_activation_linears,
+)
 from actlab.experiments.accumulation_stop.figures import draw_figures
 from actlab.experiments.accumulation_stop.summary import build_summary
 from actlab.experiments.classifier_paper import ClassifierScale, classifier_settings
@@ -186,6 +194,8 @@ class AccumulationStop(Experiment):
                 readers = post_activation_linears(model, data.x_test[:8]) \
                     if streams is None else []
                 start_mean = mean_weight(readers)
+                probe = data.x_test[:512] if streams is None else None
+                start_input = norm_statistics(model, probe)[0] if probe is not None else None
                 # thread CPU time on the CPU, CUDA events on CUDA (see actlab.train.timing)
                 clock = StepClock()
                 clock.stamp()
@@ -219,6 +229,11 @@ class AccumulationStop(Experiment):
                 if readers:
                     result.add(run, seed, steps, "", "weight_mean_shift",
                                mean_weight(readers) - start_mean)
+                if start_input is not None and math.isfinite(start_input):
+                    end_input, negative = norm_statistics(model, probe)
+                    result.add(run, seed, steps, "", "norm_input_mean_shift",
+                               end_input - start_input)
+                    result.add(run, seed, steps, "", "centred_negative_share", negative)
                 pcs = norm_modules(model)
                 if pcs:
                     result.add(run, seed, steps, "", "stat_computations",

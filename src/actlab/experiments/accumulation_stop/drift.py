@@ -6,10 +6,15 @@ finds those layers in any model by watching one forward pass: a ``Linear`` calle
 after an activation module (no other activation, norm or linear in between) reads its
 output (ours: the MLP's blocks 2..6 and head, a ViT block's second MLP projection).
 :func:`mean_weight` averages their weight means, so the drift of a run is its change over
-training.
+training. :func:`norm_statistics` says where the pre-activations sit against the norm that
+centres them: the mean of each norm layer's input and the share of its output below zero (the
+MLP's norm comes directly before the ReLU, so that share is its sparsity). A frozen centre
+cannot follow the pre-activations as they drift down, a dynamic one re-centres every step.
 """
 
 from __future__ import annotations
+
+from copy import deepcopy
 
 import torch
 from torch import Tensor, nn
@@ -37,3 +42,25 @@ def mean_weight(layers: list[nn.Linear]) -> float:
     if not layers:
         return float("nan")
     return float(torch.stack([layer.weight.float().mean() for layer in layers]).mean())
+
+
+@torch.no_grad()
+def norm_statistics(model: nn.Module, x: Tensor) -> tuple[float, float]:
+    """``(input mean, output share below zero)`` of the norm layers of ``model`` on ``x``, each
+    averaged over the layers (``nan`` without norms). A copy runs in eval mode, so running and
+    frozen statistics are used and neither they nor a norm's counters move."""
+    means: list[float] = []
+    negative: list[float] = []
+
+    def record(_module: nn.Module, inputs: tuple[Tensor, ...], output: Tensor) -> None:
+        means.append(float(inputs[0].float().mean()))
+        negative.append(float((output < 0).float().mean()))
+
+    copy = deepcopy(model).eval()
+    for module in copy.modules():
+        if is_norm(module) and not list(module.children()):
+            module.register_forward_hook(record)
+    copy(x)
+    if not means:
+        return float("nan"), float("nan")
+    return sum(means) / len(means), sum(negative) / len(negative)

@@ -14,7 +14,8 @@ if TYPE_CHECKING:
     from actlab.experiments.accumulation_stop import AccumulationStopConfig
 
 RATE_KEYS = ("steps_per_s", "steps_per_s_warmup", "steps_per_s_noise", "accuracy",
-             "stat_computations", "weight_mean_shift")
+             "stat_computations", "weight_mean_shift", "norm_input_mean_shift",
+             "centred_negative_share")
 
 
 def ratio_noise(entry: dict[str, float], base: dict[str, float]) -> float:
