@@ -47,8 +47,8 @@ def mean_weight(layers: list[nn.Linear]) -> float:
 @torch.no_grad()
 def norm_statistics(model: nn.Module, x: Tensor) -> tuple[float, float]:
     """``(input mean, output share below zero)`` of the norm layers of ``model`` on ``x``, each
-    averaged over the layers (``nan`` without norms). A copy runs in eval mode, so running and
-    frozen statistics are used and neither they nor a norm's counters move."""
+    averaged over the layers (``nan`` without norms). A copy runs on the run's device in eval
+    mode, so running and frozen statistics are used and neither they nor a counter move."""
     means: list[float] = []
     negative: list[float] = []
 
@@ -56,11 +56,14 @@ def norm_statistics(model: nn.Module, x: Tensor) -> tuple[float, float]:
         means.append(float(inputs[0].float().mean()))
         negative.append(float((output < 0).float().mean()))
 
-    copy = deepcopy(model).eval()
+    from actlab.device import unit_device
+
+    device = unit_device()  # the run's device (the CPU outside a run), as training uses
+    copy = deepcopy(model).to(device).eval()
     for module in copy.modules():
         if is_norm(module) and not list(module.children()):
             module.register_forward_hook(record)
-    copy(x)
+    copy(x.to(device))
     if not means:
         return float("nan"), float("nan")
     return sum(means) / len(means), sum(negative) / len(negative)
