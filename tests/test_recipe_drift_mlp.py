@@ -191,3 +191,26 @@ def test_input_noise_perturbs_training_batches_only():
     assert noisy.losses[0][1] != pytest.approx(clean.losses[0][1], rel=1e-3)
     assert noisy.losses == again.losses  # the noise is seeded
     assert set(noisy.final) == set(clean.final)  # held-out statistics on clean inputs
+
+
+def test_drift_at_fit_reads_the_hidden_weights_at_the_first_record_after_the_fit():
+    from actlab.recipes.drift_mlp import FIT_FRACTION, drift_at_fit
+
+    rows = []
+    # seed 0 fits at step 20 (its loss 0.01 there is below 1 % of 2.0); records every 25 steps;
+    # seed 1 never falls below 1 % of its first loss
+    for seed, losses in ((0, [2.0, 1.0, FIT_FRACTION, 0.5 * FIT_FRACTION, 0.0]),
+                         (1, [2.0, 1.9, 1.8, 1.7, 1.6])):
+        rows += [(seed, 10 * i, "", "loss", v) for i, v in enumerate(losses)]
+    for step, (w1, w2, w3, w4) in ((0, (5.0, 1.0, 3.0, 9.0)), (25, (7.0, 0.5, 2.0, 9.5)),
+                                   (50, (9.0, -1.0, 0.0, 3.0))):
+        rows += [(seed, step, layer, "weight_mean", w)
+                 for seed in (0, 1) for layer, w in (("layer1", w1), ("layer2", w2),
+                                                     ("layer3", w3), ("layer4", w4))]
+    table = pd.DataFrame(rows, columns=["seed", "step", "layer", "metric", "value"])
+    out = drift_at_fit(table, last_hidden=3)  # hidden layers 2..3; layers 1 and 4 left out
+    # the first record at or after step 20 is step 25's
+    assert out == {"mean_shift_at_fit": pytest.approx((0.5 + 2.0) / 2 - (1.0 + 3.0) / 2),
+                   "fit_step": 20.0, "fit_seeds": 1}
+    never = drift_at_fit(table[table["seed"] == 1], last_hidden=3)
+    assert never == {"mean_shift_at_fit": None, "fit_step": None, "fit_seeds": 0}

@@ -206,7 +206,8 @@ def describe_drift(df: pd.DataFrame, last_hidden: int) -> dict[str, Any]:
     layers 2..; ``final_loss``: the mean loss of the last 50 steps. Missing or non-finite
     values are ``None``. ``grad_norm_peak_step``: the update whose weight-gradient norm
     (the seeds' mean) peaks; ``grad_norm_late_over_peak``: that curve's mean over the second
-    half of training over its peak.
+    half of training over its peak. ``mean_shift_at_fit``, ``fit_step``, ``fit_seeds``: the
+    drift up to the step the training set is fitted (:func:`drift_at_fit`).
     """
     depth = df["layer"].map(layer_number)
     shifts = change_per_layer(df, "weight_mean")
@@ -253,7 +254,44 @@ def describe_drift(df: pd.DataFrame, last_hidden: int) -> dict[str, Any]:
     loss = df[df["metric"] == "loss"].sort_values("step")
     if len(loss):
         out["final_loss"] = mean_value(loss[loss["step"] >= loss["step"].max() - 50])
+    out.update(drift_at_fit(df, last_hidden))
     return out
+
+
+FIT_FRACTION = 0.01  # ours: "fitted" once the training loss falls below 1 % of its first value
+
+
+def drift_at_fit(df: pd.DataFrame, last_hidden: int) -> dict[str, Any]:
+    """The drift while the model still learns, apart from what follows once it has fitted
+    its training set (on a small set, such as the digits, long before training ends).
+
+    Per seed, the fit step is the first logged step whose training loss is below
+    :data:`FIT_FRACTION` of the first logged loss; ``mean_shift_at_fit`` is the hidden layers
+    2..``last_hidden``'s mean weight at the first weight record at or after it, minus their
+    first, averaged over the seeds that fitted (``fit_seeds`` of them; ``fit_step``, their
+    mean fit step). All ``None`` (``fit_seeds`` 0) when no seed fitted.
+    """
+    loss = df[df["metric"] == "loss"]
+    weights = df[(df["metric"] == "weight_mean")
+                 & df["layer"].map(lambda k: 2 <= layer_number(k) <= last_hidden)]
+    shifts, steps = [], []
+    for seed, part in loss.groupby("seed"):
+        part = part.sort_values("step")
+        below = part[part["value"] < FIT_FRACTION * part["value"].iloc[0]]
+        mine = weights[weights["seed"] == seed]
+        if below.empty or mine.empty:
+            continue
+        fit = int(below["step"].iloc[0])
+        mean = mine.groupby("step")["value"].mean()  # the hidden layers' mean, per record
+        after = mean[mean.index >= fit]
+        if after.empty:
+            continue
+        shifts.append(float(after.iloc[0] - mean.iloc[0]))
+        steps.append(fit)
+    if not shifts:
+        return {"mean_shift_at_fit": None, "fit_step": None, "fit_seeds": 0}
+    return {"mean_shift_at_fit": finite_or_none(float(np.mean(shifts))),
+            "fit_step": float(np.mean(steps)), "fit_seeds": len(shifts)}
 
 
 def later_drift_z(rows: pd.DataFrame, last_hidden: int) -> pd.DataFrame:

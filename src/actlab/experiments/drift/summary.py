@@ -150,10 +150,11 @@ def _sweep_points(config: DriftConfig, runs: dict[str, pd.DataFrame],
 CONDITION_KEYS = ("mean_shift_first_layer", "mean_shift_later_layers", "mean_shift_output_layer",
                   "mean_shift_per_layer", "final_sparsity", "final_neg_frac", "sparsity_start",
                   "sparsity_end", "test_accuracy", "drift_z_final", "grad_norm_peak_step",
-                  "grad_norm_late_over_peak", "final_loss")
+                  "grad_norm_late_over_peak", "final_loss", "mean_shift_at_fit", "fit_step",
+                  "fit_seeds")
 # The real-data headline, shown first: the drift under each initialisation.
 REAL_KEYS = ("mean_shift_later_layers", "mean_shift_per_layer", "sparsity_start",
-             "sparsity_end", "test_accuracy", "final_loss")
+             "sparsity_end", "test_accuracy", "final_loss", "mean_shift_at_fit", "fit_step")
 
 
 def _real_data(config: DriftConfig, per_act: dict[str, Any]) -> dict[str, Any]:
