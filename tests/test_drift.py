@@ -114,7 +114,11 @@ def test_real_data_under_both_inits_first_and_the_figure_claims(tmp_path):
     assert set(real["torch-default-init"]) == {"relu"}  # side conditions: relu only
     assert real["setting"]["data"] == "digits" and real["setting"]["input_dim"] == "native"
     assert {"digits-skip/relu", "digits-default-init/relu"} <= set(table["run"])
+    assert (tmp_path / "figures" / "drift_real_seeds.png").exists()  # seed by seed
     relu = summary["activations"]["relu"]
+    # the drift up to the fit: "fitted" means a loss below 1 % of the first; 20 steps may not
+    assert relu["digits"]["fit_seeds"] in (0, 1)
+    assert (relu["digits"]["mean_shift_at_fit"] is None) == (relu["digits"]["fit_seeds"] == 0)
     claims = {c.id: c for c in exp.claims(summary)}
     assert list(claims)[:2] == ["drift/relu/digits/drift-negative", "drift/relu/digits/sparsity-rises"]
     # Fig. 9: the ratio of the skip MLP's signed shift to the plain one's

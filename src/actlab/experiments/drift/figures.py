@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
+from actlab.analysis import layer_number
 from actlab.experiments.drift.summary import DriftRun, runs_of
 from actlab.plotting import pyplot
 from actlab.probe.plots import plot_layer_means
@@ -55,3 +56,41 @@ def draw_figures(config: DriftConfig, table: pd.DataFrame, sweep_keys: list[Drif
             ax.legend(fontsize=7)
         axes[0, 0].set_ylabel(f"drift Z-score (layers 2..{config.depth + 1})")
         ctx.save_figure(fig, "drift_optimizers")
+    draw_real_seeds(config, runs, ctx)
+
+
+def draw_real_seeds(config: DriftConfig, runs: dict[str, pd.DataFrame], ctx: RunContext) -> None:
+    """Real data, seed by seed: the hidden layers' mean weight shift above the training loss.
+
+    The seeds' mean hides what decides the sign on a small training set: the drift comes in
+    the learning phases (the first fit, and each loss spike after it), not in between.
+    """
+    panels = [(cond, act) for cond in ("digits", "digits-default-init", "digits-skip")
+              for act in config.activations + config.real_extra_activations
+              if DriftRun(cond, act).name in runs]
+    panels = list(dict.fromkeys(panels))
+    if not panels:
+        return
+    plt = pyplot()
+    fig, axes = plt.subplots(2, len(panels), figsize=(4.5 * len(panels), 6), sharex="col",
+                             squeeze=False)
+    last_hidden = config.depth + 1
+    for j, (cond, act) in enumerate(panels):
+        rows = runs[DriftRun(cond, act).name]
+        hidden = rows["layer"].map(lambda k: 2 <= layer_number(k) <= last_hidden)
+        weights = rows[(rows["metric"] == "weight_mean") & hidden]
+        loss = rows[(rows["metric"] == "loss") & (rows["layer"] == "")]
+        for seed, part in weights.groupby("seed"):
+            mean = part.groupby("step")["value"].mean()
+            line, = axes[0, j].plot(mean.index, mean.values - mean.iloc[0], label=f"seed {seed}")
+            curve = loss[loss["seed"] == seed].sort_values("step")
+            axes[1, j].plot(curve["step"], curve["value"], color=line.get_color(), lw=0.8)
+        axes[0, j].axhline(0, color="gray", lw=0.5)
+        axes[0, j].set_title(f"{cond}: {act}", fontsize=10)
+        axes[1, j].set_yscale("log")
+        axes[1, j].set_xlabel("step")
+    axes[0, 0].set_ylabel(f"mean weight shift, layers 2..{last_hidden}")
+    axes[1, 0].set_ylabel("training loss")
+    axes[0, 0].legend(fontsize=7)
+    fig.suptitle("real data, seed by seed: the hidden layers' drift above the training loss")
+    ctx.save_figure(fig, "drift_real_seeds")
