@@ -129,8 +129,11 @@ def resummarize(exp_name: str, run_dir: Path, units: list[dict[str, Any]], dest:
     (dest / SEED_SUMMARIES).write_text(dumps(by_seed))
 
 
-def copy_run(run_dir: Path, dest: Path, exp_name: str, summarize_again: bool = False) -> None:
-    """Copy one run's kept files and figures to ``dest`` (replacing what was there)."""
+def copy_run(run_dir: Path, dest: Path, exp_name: str, summarize_again: bool = False,
+             figures: set[str] | None = None) -> None:
+    """Copy one run's kept files and figures to ``dest`` (replacing what was there);
+    ``figures``: only the figures of these names (without ``.png``), e.g. for a sweep whose
+    every point would otherwise keep every figure."""
     # Replace only what this tool writes: other evidence kept beside a reference stays.
     shutil.rmtree(dest / "figures", ignore_errors=True)
     (dest / "figures").mkdir(parents=True)
@@ -146,6 +149,8 @@ def copy_run(run_dir: Path, dest: Path, exp_name: str, summarize_again: bool = F
     env.pop("command", None)  # holds this machine's paths
     (dest / "env.json").write_text(json.dumps(env, indent=1) + "\n")
     for figure in (run_dir / "figures").rglob("*.png"):
+        if figures is not None and figure.stem not in figures:
+            continue
         target = dest / "figures" / figure.relative_to(run_dir / "figures")
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(figure, target)
@@ -273,6 +278,9 @@ def main() -> None:
     parser.add_argument("--evidence", action="store_true",
                         help="the runs are evidence beside the reference (another scale or "
                              "setting): copy them to docs/results/<experiment>/evidence-<name>/")
+    parser.add_argument("--figures", default="",
+                        help="keep only these figures (comma-separated names without .png; "
+                             "default: all)")
     parser.add_argument("--full", action="store_true",
                         help="the runs are the experiments' --full runs: copy them to "
                              f"docs/results/<experiment>/{FULL_DIR}/ beside the reference")
@@ -303,7 +311,8 @@ def main() -> None:
                 dest = dest / f"evidence-{args.name}"
             elif args.full:
                 dest = dest / FULL_DIR
-            copy_run(run_dir, dest, name, args.resummarize)
+            copy_run(run_dir, dest, name, args.resummarize,
+                     set(args.figures.split(",")) if args.figures else None)
             print(f"  {name}: collected into {dest.relative_to(ROOT)}")
     table = rebuild_references()
     size = sum(p.stat().st_size for p in RESULTS.rglob("*") if p.is_file())
