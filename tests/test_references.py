@@ -39,16 +39,9 @@ def test_every_registered_experiment_has_an_entry():
 # Claims added after their experiment's default-scale reference was run: the reference shows
 # "not in the reference run" for them until it is run again. Each must be listed here, and
 # leaves the list when its re-run is collected.
-# lm-drift's RMSNorm arms: the kept default trained LayerNorm only (its re-run is listed in
-# tools/collect_references.py's RERUN)
-NEWER_THAN_REFERENCE: set[str] = {
-    f"lm-drift/rmsnorm/{claim}" for act in ("relu", "gelu") for claim in (
-        f"adamw/{act}/down-projection-drifts-negative", f"adamw/{act}/negative-share-rises",
-        f"adamw/{act}/up-weight-mean-falls", f"muon/{act}/down-projection-drifts-negative",
-        f"muon/{act}/negative-share-rises", f"muon/{act}/smaller-mean-drift-share")}
 # sparsity's structured Top-K, Fig. 8's random MLP (judged in its evidence-fig8 run) and the
 # mechanism indicator: their data are not in the kept one-seed summary
-NEWER_THAN_REFERENCE |= {
+NEWER_THAN_REFERENCE: set[str] = {
     "sparsity/all/mechanism-secondary", "sparsity/resnet-topk-channel/degrades-at-sparsest",
     "sparsity/resnet-topk-channel/heavier-penalty", "sparsity/topk-drift/drift-grows-with-k",
     "sparsity/topk-drift/gradient-collapses-at-k0.1"}

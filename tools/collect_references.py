@@ -79,8 +79,6 @@ EXTRA_PENDING: dict[str, str] = {
 RERUN: dict[str, str] = {
     "spikes": "default (3 seeds) predates per-seed summaries: re-run, about 6.8 CPU h",
     "gated-ffn": "default (3 seeds) predates per-seed summaries: re-run, about 6.7 CPU h",
-    "lm-drift": "default has 2 seeds, LayerNorm only, and predates per-seed summaries: re-run "
-                "with 3 seeds and both norms, about 3.9 CPU h",
     "dit-percentile": "default has 2 seeds and predates per-seed summaries: re-run with 3, "
                       "about 2.5 CPU h (its timed claims want a GPU)",
     "sparse-activations": "default has 2 seeds and predates per-seed summaries: re-run with 3, "
