@@ -56,14 +56,13 @@ def norm_statistics(model: nn.Module, x: Tensor) -> tuple[float, float]:
         means.append(float(inputs[0].float().mean()))
         negative.append(float((output < 0).float().mean()))
 
-    from actlab.device import unit_device
+    from actlab.device import place, to_unit_device
 
-    device = unit_device()  # the run's device (the CPU outside a run), as training uses
-    copy = deepcopy(model).to(device).eval()
+    copy = place(deepcopy(model)).eval()  # on the run's device (the CPU outside a run)
     for module in copy.modules():
         if is_norm(module) and not list(module.children()):
             module.register_forward_hook(record)
-    copy(x.to(device))
+    copy(to_unit_device(x))
     if not means:
         return float("nan"), float("nan")
     return sum(means) / len(means), sum(negative) / len(negative)
