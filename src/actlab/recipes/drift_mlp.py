@@ -258,6 +258,14 @@ def describe_drift(df: pd.DataFrame, last_hidden: int) -> dict[str, Any]:
     return out
 
 
+def hidden_weight_means(df: pd.DataFrame, last_hidden: int) -> dict[Any, pd.Series]:
+    """Per seed, the mean weight of the hidden layers 2..``last_hidden`` at each record
+    (a series indexed by step)."""
+    hidden = df["layer"].map(lambda k: 2 <= layer_number(k) <= last_hidden)
+    weights = df[(df["metric"] == "weight_mean") & hidden]
+    return {seed: part.groupby("step")["value"].mean() for seed, part in weights.groupby("seed")}
+
+
 FIT_FRACTION = 0.01  # ours: "fitted" once the training loss falls below 1 % of its first value
 
 
@@ -272,17 +280,15 @@ def drift_at_fit(df: pd.DataFrame, last_hidden: int) -> dict[str, Any]:
     mean fit step). All ``None`` (``fit_seeds`` 0) when no seed fitted.
     """
     loss = df[df["metric"] == "loss"]
-    weights = df[(df["metric"] == "weight_mean")
-                 & df["layer"].map(lambda k: 2 <= layer_number(k) <= last_hidden)]
+    hidden = hidden_weight_means(df, last_hidden)
     shifts, steps = [], []
     for seed, part in loss.groupby("seed"):
         part = part.sort_values("step")
         below = part[part["value"] < FIT_FRACTION * part["value"].iloc[0]]
-        mine = weights[weights["seed"] == seed]
-        if below.empty or mine.empty:
+        if below.empty or seed not in hidden:
             continue
         fit = int(below["step"].iloc[0])
-        mean = mine.groupby("step")["value"].mean()  # the hidden layers' mean, per record
+        mean = hidden[seed]
         after = mean[mean.index >= fit]
         if after.empty:
             continue

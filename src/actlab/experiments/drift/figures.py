@@ -6,11 +6,10 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from actlab.analysis import layer_number
 from actlab.experiments.drift.summary import DriftRun, runs_of
 from actlab.plotting import pyplot
 from actlab.probe.plots import plot_layer_means
-from actlab.recipes.drift_mlp import later_drift_z
+from actlab.recipes.drift_mlp import hidden_weight_means, later_drift_z
 
 if TYPE_CHECKING:
     from actlab.experiments.drift import DriftConfig
@@ -77,11 +76,8 @@ def draw_real_seeds(config: DriftConfig, runs: dict[str, pd.DataFrame], ctx: Run
     last_hidden = config.depth + 1
     for j, (cond, act) in enumerate(panels):
         rows = runs[DriftRun(cond, act).name]
-        hidden = rows["layer"].map(lambda k: 2 <= layer_number(k) <= last_hidden)
-        weights = rows[(rows["metric"] == "weight_mean") & hidden]
         loss = rows[(rows["metric"] == "loss") & (rows["layer"] == "")]
-        for seed, part in weights.groupby("seed"):
-            mean = part.groupby("step")["value"].mean()
+        for seed, mean in hidden_weight_means(rows, last_hidden).items():
             line, = axes[0, j].plot(mean.index, mean.values - mean.iloc[0], label=f"seed {seed}")
             curve = loss[loss["seed"] == seed].sort_values("step")
             axes[1, j].plot(curve["step"], curve["value"], color=line.get_color(), lw=0.8)
