@@ -65,6 +65,10 @@ def main(argv: list[str] | None = None) -> None:
                                                + sorted(EVIDENCE.glob("evidence-d2-digits")))
     if not dirs:
         raise SystemExit("no ablation runs found (expected docs/results/drift/evidence-ablation-*)")
+    for d in dirs:
+        if not (d / "seed_summaries.json").is_file():
+            print(f"{d}: no seed_summaries.json (not a kept drift run)", file=sys.stderr)
+            raise SystemExit(2)
     print("| run | setting | condition | hidden-layer shift, end (95 % CI) | per seed "
           "| shift at the fit | sparsity |")
     print("|---|---|---|---|---|---|---|")
