@@ -280,3 +280,27 @@ def test_linear_neg_frac_reads_the_linear_output_before_the_norm():
     convs = pre_activation_layers(resnet, data.x_test[:4])
     assert convs and all(isinstance(c, torch.nn.Conv2d) for c in convs)
 
+
+
+@pytest.mark.parametrize("linear", [True, False])
+def test_negative_share_claim_names_the_reading_it_judged(linear):
+    """Table 1's negative-share claim says whether it read App. D.1's linear outputs or, for a
+    run from before that reading, the activation's inputs; the values it judges are the ones
+    of that reading."""
+    from actlab.experiments.sparse_activations.claims import claims
+
+    def cell(linear_share: float, input_share: float) -> dict:
+        out = {"accuracy_mean": 0.9, "neg_frac_mean": input_share}
+        if linear:
+            out["linear_neg_frac_mean"] = linear_share
+        return {"relu": out}
+
+    table = {"mlp:none": cell(0.70, 0.40), "resnet:batchnorm": cell(0.50, 0.45)}
+    claim = {c.id: c for c in claims({"table": table})}["sparse-activations/relu/negative-share-substantial"]
+    if linear:
+        assert "linear outputs (App. D.1): others mean 0.700, ResNet+BN 0.500" in claim.measured
+        assert claim.held is True
+    else:
+        assert "activation inputs (the run predates" in claim.measured
+        assert "others mean 0.400, ResNet+BN 0.450" in claim.measured
+        assert claim.held is False

@@ -111,16 +111,20 @@ def claims(summary: dict) -> list[Claim]:
     bn = pre_activation_share("resnet:batchnorm")
     others = [pre_activation_share(s) for s in cells if not s.startswith("resnet")]
     others = [v for v in others if v is not None]
+    # runs from before App. D.1's reading stored only the activation's input share: say so
+    d1 = any(get(s, "relu", "linear_neg_frac_mean") is not None for s in cells)
     if bn is not None and others:
         n = {"typical_low": 0.60, "typical_high": 0.80, "floor": 0.55,
-             "others": float(np.mean(others)), "bn": bn}
+             "others": float(np.mean(others)), "bn": bn,
+             "reading": "the linear outputs (App. D.1)" if d1 else
+                        "the activation inputs (the run predates App. D.1's reading)"}
         specs.append(ClaimSpec(
             id=claim_id(NAME, "relu", "negative-share-substantial"),
             text="negative pre-activations are substantial without mean-centering (published: "
                  "typically {typical_low:.0%}-{typical_high:.0%}; we ask >= {floor:g}); ResNet "
                  "with BatchNorm is the exception (lower)",
-            measured="ReLU negative share of the linear outputs (App. D.1): others mean "
-                     "{others:.3f}, ResNet+BN {bn:.3f}",
+            measured="ReLU negative share of {reading}: others mean {others:.3f}, ResNet+BN "
+                     "{bn:.3f}",
             check=all_of(ge(n["others"], n["floor"]), lt(bn, n["others"])),
             source=PAPER, where="§3, Table 1", numbers=n,
             quoted=("typical_low", "typical_high"), paired=False))  # ResNet vs the others
