@@ -65,3 +65,32 @@ def test_released_code_is_not_matched_to_a_document(tool, tmp_path):
     (tmp_path / "a.txt").write_text("Bug or Feature2: Weight Drift and Activation Sparsity\n...")
     documents = tool.load_documents(tmp_path)
     assert "bug-or-feature" in documents and "bug-or-feature-code" not in documents
+
+
+def test_a_claim_only_an_evidence_run_judges_gets_a_row_naming_that_run(tool):
+    n = {"block": 1.0, "bar": 4.0, "paper_last": 4.0}
+    claim = ClaimSpec(
+        id="spikes/12-layers-relu/spike-in-first-third",
+        text="early",
+        measured="block {block:g}",
+        check=within(n["block"], 1.0, 3.0),
+        source="bug-or-feature",
+        where="§6",
+        numbers=n,
+        quoted=("paper_last",),
+    ).judge()
+    other = {**_row(claim), "held": False, "interval": [0.5, 1.5], "point": "lr=0.1"}
+    evidence = {claim.id: [("evidence-arms", _row(claim)), ("evidence-sweep", other)]}
+    references = {"spikes": {"status": "reference", "claims": {}}}
+    (row,) = tool.rows({}, references, {}, evidence)
+    cells = dict(zip(["id", "statement", "source", "quoted", "predicted", "quick", "reference",
+                      "diagnosis"], row, strict=True))
+    assert cells["quick"] == "—"  # no quick claim: the evidence's verdict is not put there
+    assert cells["statement"] == "early" and cells["quoted"] == "4"
+    assert cells["reference"].startswith("not in the reference run; evidence-arms: ")
+    assert "; evidence-sweep (lr=0.1): " in cells["reference"]
+    assert "not held" in cells["reference"].split("evidence-sweep")[1]
+    # a miss in an evidence run asks for a diagnosis like a reference miss does
+    assert cells["diagnosis"] == "**open**: no diagnosis yet"
+    (row,) = tool.rows({}, references, {claim.id: {"kind": "scale", "text": "short"}}, evidence)
+    assert row[-1] == "**scale**: short"

@@ -82,24 +82,52 @@ def _cell(text: str) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
-def rows(quick: dict[str, Any], references: dict[str, Any], diagnoses: dict[str, Any]
+def evidence_claims() -> dict[str, list[tuple[str, dict[str, Any]]]]:
+    """``{claim id: [(evidence run, claim), ...]}`` over every kept evidence run
+    (``docs/results/<experiment>/evidence-*/claims.json``; a sweep's claim once per point)."""
+    out: dict[str, list[tuple[str, dict[str, Any]]]] = {}
+    for path in sorted(RESULTS.glob("*/evidence-*/claims.json")):
+        for claim in json.loads(path.read_text()):
+            out.setdefault(claim["id"], []).append((path.parent.name, claim))
+    return out
+
+
+def _evidence_cell(found: list[tuple[str, dict[str, Any]]]) -> str:
+    """Where the reference run lacks a claim: each evidence run's verdict, named."""
+    return "not in the reference run; " + "; ".join(
+        f"{run}{' (' + c['point'] + ')' if c.get('point') else ''}: {claim_cell(c)}"
+        for run, c in found)
+
+
+def rows(quick: dict[str, Any], references: dict[str, Any], diagnoses: dict[str, Any],
+         evidence: dict[str, list[tuple[str, dict[str, Any]]]] | None = None
          ) -> list[list[str]]:
-    """One table row per claim id (quick ids and reference-only ids), experiment by experiment."""
-    ids = sorted(set(quick) | {i for e in references.values() for i in e.get("claims", {})})
+    """One table row per claim id (quick ids, reference-only ids, and ids only evidence runs
+    judge), experiment by experiment."""
+    evidence = evidence or {}
+    in_ref = {i for e in references.values() for i in e.get("claims", {})}
+    ids = sorted(set(quick) | in_ref | set(evidence))
     out = []
     for claim_id in ids:
         experiment = claim_id.split("/", 1)[0]
         q, entry = quick.get(claim_id, {}), references.get(experiment, {})
         ref = entry.get("claims", {}).get(claim_id)
+        found = evidence.get(claim_id, []) if ref is None else []
+        quick_text = claim_cell(q) if q else "—"
+        if not q and found:  # the statement, source and quoted numbers from the evidence
+            q = {k: v for k, v in found[0][1].items() if k in ("claim", "source", "quoted")}
         if entry.get("status") == "reference" and ref is not None:
             reference, missed = claim_cell(ref), ref["held"] is not True
             full = entry.get("full", {}).get("claims", {}).get(claim_id)
             if full is not None:
                 reference += "; --full: " + claim_cell(full)
                 missed = missed or full["held"] is not True
+        elif found:
+            reference = _evidence_cell(found)
+            missed = any(c["held"] is not True and not statistically_undecided(c)
+                         for _, c in found)
         else:
             reference, missed = entry.get("status", "no reference"), False
-        quick_text = claim_cell(q) if q else "—"
         diagnosis = diagnoses.get(claim_id)
         if diagnosis:
             note = f"**{diagnosis['kind']}**: {diagnosis['text']}"
@@ -152,7 +180,11 @@ def render() -> str:
     quick = quick_record["claims"]
     references = json.loads(REFERENCES.read_text())
     diagnoses = json.loads((RESULTS / "diagnoses.json").read_text())
-    table = rows(quick, references, diagnoses)
+    evidence = evidence_claims()
+    table = rows(quick, references, diagnoses, evidence)
+    only_evidence = [c for i, found in evidence.items() if i not in quick
+                     and not any(i in e.get("claims", {}) for e in references.values())
+                     for _, c in found]
     papers = [c for c in quick.values() if c.get("source_key") != OURS]
     ours = len(quick) - len(papers)
     post_hoc = [i for i, c in quick.items() if c.get("post_hoc")]
@@ -181,6 +213,10 @@ def render() -> str:
         f"{len(ref_claims)} claims): {_counts(ref_claims)}. The documents' claims "
         f"({len(ref_papers)}): {_counts(ref_papers)}; ours ({len(ref_ours)}): "
         f"{_counts(ref_ours)}.",
+        f"- **Judged only in evidence runs** ({len(only_evidence)} verdicts of claims that "
+        "neither the quick reproduction nor the reference run makes: optional arms and sweeps, "
+        "kept under `docs/results/<experiment>/evidence-*`): "
+        f"{_counts(only_evidence)}. Their rows name the evidence run.",
         f"- **Bars chosen after seeing our values** ({len(post_hoc)}, counted in the lines "
         "above and named here so they are read with that in mind): "
         f"{', '.join(post_hoc) if post_hoc else 'none'}.",
