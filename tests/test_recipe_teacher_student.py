@@ -127,6 +127,24 @@ def test_block_statistics_are_the_students_own_at_the_last_step():
                                    rtol=1e-9, atol=1e-12)
 
 
+def test_block_update_is_each_blocks_distance_from_its_start():
+    settings = ModelSettings(**SMALL)
+    run = train_students(settings, "relu", PAIR, [1, 3])
+    _, students = build_models(settings, "relu", PAIR, [1, 3])
+    for c in PAIR:
+        for si in range(2):
+            start = dict(students[c][si].named_parameters())
+            trained = dict(run.members.member(c, si).named_parameters())
+            assert np.all(run.block_update[c][si, 0] == 0.0)  # step 0: nothing moved yet
+            for block in range(settings.L):
+                names = [n for n in start if n.startswith(f"blocks.{block}.")]
+                moved = sum(((trained[n] - start[n]) ** 2).sum() for n in names).sqrt()
+                size = sum((start[n] ** 2).sum() for n in names).sqrt()
+                assert run.block_update[c][si, -1, block] == pytest.approx(
+                    (moved / size).item(), rel=1e-9)
+                assert run.block_update[c][si, -1, block] > 0
+
+
 def test_member_copy_of_the_shifted_student_runs_shifted():
     settings = ModelSettings(**SMALL)
     run = train_students(settings, "relu", PAIR, [0], checkpoint_seed_index=0)

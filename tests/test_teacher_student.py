@@ -154,6 +154,13 @@ def test_teacher_student_experiment_end_to_end(tmp_path):
     # the final loss in the summary is the mean of the last logged eval losses
     last = table[(table.run == "relu/shifted") & (table.metric == "eval_loss")]
     assert entry["final_loss_shifted"] == pytest.approx(last[last.step == 40].value.mean())
+    # each block's update size: the seeds' mean of the rows at the early (here the last) step
+    updates = table[(table.run == "relu/unshifted") & (table.metric == "block_update")]
+    for i in range(TINY["L"]):
+        block = updates[(updates.layer == f"block{i}") & (updates.step == 40)]
+        assert len(block) == 2 and (block.value > 0).all()
+        assert entry["block_update_final_unshifted"][i] == pytest.approx(block.value.mean())
+    assert entry["block_update_early_shifted"] == entry["block_update_final_shifted"]
     planes = results[0]["data"]["landscape"]
     assert np.asarray(planes["unshifted"]["loss"]).shape == (5, 5)
     # both trajectories start at the plane's origin (the common initialisation)

@@ -148,8 +148,10 @@ class StudentRun:
     the first two conditions' gradients at update ``k``. ``curvature``: rows ``(condition,
     seed, step, kind, value)``. ``plane[c]``: ``(S, T, 3)``, each student's displacement
     from the common start on its seed's initial-gradient plane (``alpha``, ``beta``) and its
-    squared length (``track_plane``). ``diverged[c]``: ``(S,)`` bools. ``members``: condition and
-    seed access to the trained students (:class:`MemberView`).
+    squared length (``track_plane``). ``block_update[c]``: ``(S, T, L)``, the size of each
+    block's update so far, ``||theta_l(t) - theta_l(0)|| / ||theta_l(0)||`` over all of block
+    ``l``'s parameters (:func:`block_update`). ``diverged[c]``: ``(S,)`` bools. ``members``:
+    condition and seed access to the trained students (:class:`MemberView`).
     """
 
     conditions: list[str]
@@ -164,6 +166,7 @@ class StudentRun:
     curvature: list[tuple[str, int, int, str, float]] = field(default_factory=list)
     checkpoints: dict[str, list[Tensor]] = field(default_factory=dict)
     plane: dict[str, np.ndarray] = field(default_factory=dict)
+    block_update: dict[str, np.ndarray] = field(default_factory=dict)
     members: MemberView | None = None
 
     @property
@@ -188,6 +191,9 @@ class StudentRun:
                                    self.hidden_mean[c][si, ti, layer])
                         result.add(run, seed, step, name, "post_act_mean",
                                    self.post_act_mean[c][si, ti, layer])
+                        if c in self.block_update:
+                            result.add(run, seed, step, name, "block_update",
+                                       self.block_update[c][si, ti, layer])
                 result.add(run, seed, self.steps[-1], "", "diverged", float(self.diverged[c][si]))
         for k, angles in self.grad_angles.items():
             for si, seed in enumerate(self.seeds):
@@ -292,11 +298,16 @@ def train_students(
         idx = np.unique(np.round(np.geomspace(1, len(steps), curvature_points)).astype(int) - 1)
         curv_steps = {steps[i] for i in idx} | {steps[-1]}
 
+    # every member's start, for the size of each block's update (Fig. 2's "why": how far each
+    # block moved, beside the hidden-state mean's drift)
+    start = {name: p.detach().clone() for name, p in ens.params["all"].items()}
+
     def measure(_: Any) -> dict[str, Any]:
         with torch.no_grad():
             out, stats = ens.call(x_eval_m, return_stats=True)["all"]
             row = {"eval_loss": torch.vmap(loss_fn)(out, y_eval_m) - floor,
-                   "hidden_mean": stats["hidden_mean"], "post_act_mean": stats["post_act_mean"]}
+                   "hidden_mean": stats["hidden_mean"], "post_act_mean": stats["post_act_mean"],
+                   "block_update": block_update(ens.params["all"], start, settings.L)}
             if plane is not None:
                 row["plane"] = plane.project(ens.flat_params("all"))
             if checkpoint_seed_index is not None:
@@ -332,6 +343,24 @@ def train_students(
     return run
 
 
+def block_update(params: dict[str, Tensor], start: dict[str, Tensor], blocks: int) -> Tensor:
+    """``(members, blocks)``: per member of a stacked ensemble, how far each block has moved
+    from ``start``, ``||theta_l - theta_l(0)|| / ||theta_l(0)||`` over every parameter named
+    ``blocks.<l>.*`` (weights, biases, norm gains)."""
+    members = next(iter(params.values())).shape[0]
+    moved = torch.zeros(members, blocks, dtype=torch.float64, device=start[next(iter(start))].device)
+    size = torch.zeros_like(moved)
+    for name, tensor in params.items():
+        parts = name.split(".")
+        if parts[0] != "blocks":
+            continue
+        block = int(parts[1])
+        before = start[name].reshape(members, -1).double()
+        moved[:, block] += (tensor.detach().reshape(members, -1).double() - before).pow(2).sum(1)
+        size[:, block] += before.pow(2).sum(1)
+    return (moved / size).sqrt()
+
+
 def _collect(names: list[str], seeds: list[int], steps: list[int], rows: list[dict[str, Any]],
              losses: list[Any], trainer: EnsembleTrainer, members: MemberView) -> StudentRun:
     """The logged rows as per-condition arrays; a diverged member's curves end where its
@@ -350,13 +379,16 @@ def _collect(names: list[str], seeds: list[int], steps: list[int], rows: list[di
                      {c: dead[i].copy() for i, c in enumerate(names)}, members=members)
     if rows and "plane" in rows[0]:
         run.plane = split("plane")
+    if rows and "block_update" in rows[0]:
+        run.block_update = split("block_update")
     if rows and "checkpoints" in rows[0]:
         run.checkpoints = {c: [r["checkpoints"][i] for r in rows] for i, c in enumerate(names)}
     for c in names:
         for si in np.flatnonzero(run.diverged[c]):
             bad = np.flatnonzero(~np.isfinite(run.train_loss[c][si]))
             after = np.asarray(steps) > (bad[0] if bad.size else -1)
-            for array in (run.eval_loss[c], run.hidden_mean[c], run.post_act_mean[c]):
+            for array in (run.eval_loss[c], run.hidden_mean[c], run.post_act_mean[c],
+                          *([run.block_update[c]] if c in run.block_update else [])):
                 array[si, after] = np.nan
     return run
 

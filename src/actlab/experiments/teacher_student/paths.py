@@ -8,6 +8,8 @@ the tidy rows of a teacher-student run: what the summary judges "throughout trai
   outside the plane (eq. 5), and the loss range each student sees on seed 0's drawn plane.
 - :func:`block_numbers` (Figs. 8 and 15): the post-activation means of every block and the
   hidden-state overshoot of every block.
+- :func:`update_numbers` (what sets Fig. 2's order, ours): how far each block's parameters
+  moved by the early step and by the end, per student.
 
 Each value is a mean over seeds; the runner's per-seed summaries give the samples the claims
 are judged on.
@@ -121,4 +123,20 @@ def block_numbers(table: Any, activation: str, blocks: int) -> dict[str, Any]:
     more = np.stack([(u > s).to_numpy() for u, s in zip(per_block["unshifted"],
                                                           per_block["shifted"], strict=True)])
     out["overshoot_block_share"] = finite_mean(more.mean(axis=0))
+    return out
+
+
+def update_numbers(table: Any, activation: str, blocks: int, early_step: int) -> dict[str, Any]:
+    """Per student and block, the mean over seeds of ``||theta_l(t) - theta_l(0)|| /
+    ||theta_l(0)||`` at the logged step nearest ``early_step`` (``block_update_early_{cond}``)
+    and at the last one (``block_update_final_{cond}``); empty for runs that predate it."""
+    out: dict[str, Any] = {}
+    for cond in ("unshifted", "shifted"):
+        per_block = [curves(table, f"{activation}/{cond}", "block_update", f"block{i}")
+                     for i in range(blocks)]
+        if any(c.empty for c in per_block):
+            return {}
+        out[f"block_update_early_{cond}"] = [finite_mean(value_at(c, early_step))
+                                             for c in per_block]
+        out[f"block_update_final_{cond}"] = [finite_mean(c.iloc[-1]) for c in per_block]
     return out

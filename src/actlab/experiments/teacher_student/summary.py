@@ -34,6 +34,7 @@ from actlab.experiments.teacher_student.paths import (
     block_numbers,
     plane_numbers,
     sharpness_paths,
+    update_numbers,
 )
 from actlab.recipes.teacher_student import PAPER_EARLY_STEP, ModelSettings
 
@@ -158,6 +159,7 @@ def _activation_entry(config: Config, table: Any, activation: str, pair: dict[st
     entry.update(sharpness_paths(table, activation))
     entry.update(plane_numbers(table, activation, pair["early_step"], data.get("landscape")))
     entry.update(block_numbers(table, activation, config.L))
+    entry.update(update_numbers(table, activation, config.L, pair["early_step"]))
     # the theory from the config, not from the unit's data (which older runs filled at eta = lr)
     theory = theory_angles(activation, config)
     angles = table[(table.run == f"{activation}/pair") & (table.metric == "grad_angle")]
