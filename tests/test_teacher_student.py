@@ -216,6 +216,19 @@ def test_shift_sweep_size_sweep_ablations_end_to_end(tmp_path):
         assert (tmp_path / "figures" / f"{fig}.png").exists(), fig
 
 
+def test_a_size_sweep_of_sizes_only_draws_fig13_and_judges_the_concentration(tmp_path):
+    """Fig. 13 at the paper's seed count runs the sizes without the Fig. 12 grid."""
+    tiny = {**TINY, "steps": 20, "log_points": 3, "grid_L": [], "sizes": ["3x4x1", "4x6x2"],
+            "shift_offsets": [-0.1, 0.0, 0.1]}
+    exp, summary, results, _ = _run("size-sweep", tiny, [0, 1, 2], tmp_path)
+    assert [r["unit"]["part"] for r in results] == ["optimal", "optimal"]
+    assert summary["grid"] == {} and set(summary["optimal_shift"]) == {"3x4x1", "4x6x2"}
+    assert (tmp_path / "figures" / "fig13_optimal_shifts.png").exists()
+    assert not (tmp_path / "figures" / "fig12_size_grid.png").exists()
+    ids = {c.id for c in exp.claims(summary)}
+    assert ids == {"size-sweep/all/optimal-shifts-concentrate-near-theory"}
+
+
 @pytest.mark.parametrize("name,overrides,field", [
     ("teacher-student", {"activations": ["relux"]}, "activations"),
     ("teacher-student", {"norm": "middle"}, "norm"),

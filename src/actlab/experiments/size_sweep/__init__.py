@@ -143,8 +143,10 @@ class SizeSweep(Experiment):
         """Heat maps of relative improvement and optimal-shift distributions."""
         cells, samples = grid_cells(config, table), optimal_samples(table, results)
         if ctx.draw:  # the run's figures; not redrawn for each seed alone
-            size_grid_figure(config, cells, ctx)
-            optimal_shift_figure(samples, ctx)
+            if all((config.grid_d, config.grid_m, config.grid_L)):  # a run of sizes only has none
+                size_grid_figure(config, cells, ctx)
+            if samples:
+                optimal_shift_figure(samples, ctx)
         return summarize(config, results, cells, samples)
 
     def claims(self, summary: dict) -> list[Claim]:
