@@ -3,22 +3,18 @@ kept evidence gives, and its intervals are Student's t over the seeds."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
+from _tools import load_tool
 from scipy import stats
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def _tool():
-    spec = importlib.util.spec_from_file_location("drift_ablation_table",
-                                                  ROOT / "tools" / "drift_ablation_table.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_tool("drift_ablation_table")
 
 
 def test_the_documented_ablation_table_is_the_evidence_table(capsys):

@@ -3,19 +3,16 @@ kept sweeps give, and each verdict column reads the run's own claim at the right
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
+
+from _tools import load_tool
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def _tool():
-    spec = importlib.util.spec_from_file_location("ts_settings_table",
-                                                  ROOT / "tools" / "ts_settings_table.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_tool("ts_settings_table")
 
 
 def test_the_documented_table_is_the_sweeps_table(capsys):
