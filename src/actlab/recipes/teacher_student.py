@@ -347,8 +347,9 @@ def block_update(params: dict[str, Tensor], start: dict[str, Tensor], blocks: in
     """``(members, blocks)``: per member of a stacked ensemble, how far each block has moved
     from ``start``, ``||theta_l - theta_l(0)|| / ||theta_l(0)||`` over every parameter named
     ``blocks.<l>.*`` (weights, biases, norm gains)."""
-    members = next(iter(params.values())).shape[0]
-    moved = torch.zeros(members, blocks, dtype=torch.float64, device=start[next(iter(start))].device)
+    first = next(iter(params.values()))
+    members = first.shape[0]
+    moved = torch.zeros(members, blocks, dtype=torch.float64, device=first.device)
     size = torch.zeros_like(moved)
     for name, tensor in params.items():
         parts = name.split(".")
