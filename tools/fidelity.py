@@ -99,14 +99,18 @@ def _evidence_cell(found: list[tuple[str, dict[str, Any]]]) -> str:
         for run, c in found)
 
 
+def _reference_ids(references: dict[str, Any]) -> set[str]:
+    """Every claim id some reference run judges."""
+    return {i for e in references.values() for i in e.get("claims", {})}
+
+
 def rows(quick: dict[str, Any], references: dict[str, Any], diagnoses: dict[str, Any],
          evidence: dict[str, list[tuple[str, dict[str, Any]]]] | None = None
          ) -> list[list[str]]:
     """One table row per claim id (quick ids, reference-only ids, and ids only evidence runs
     judge), experiment by experiment."""
     evidence = evidence or {}
-    in_ref = {i for e in references.values() for i in e.get("claims", {})}
-    ids = sorted(set(quick) | in_ref | set(evidence))
+    ids = sorted(set(quick) | _reference_ids(references) | set(evidence))
     out = []
     for claim_id in ids:
         experiment = claim_id.split("/", 1)[0]
@@ -182,9 +186,8 @@ def render() -> str:
     diagnoses = json.loads((RESULTS / "diagnoses.json").read_text())
     evidence = evidence_claims()
     table = rows(quick, references, diagnoses, evidence)
-    only_evidence = [c for i, found in evidence.items() if i not in quick
-                     and not any(i in e.get("claims", {}) for e in references.values())
-                     for _, c in found]
+    judged = set(quick) | _reference_ids(references)
+    only_evidence = [c for i, found in evidence.items() if i not in judged for _, c in found]
     papers = [c for c in quick.values() if c.get("source_key") != OURS]
     ours = len(quick) - len(papers)
     post_hoc = [i for i, c in quick.items() if c.get("post_hoc")]
