@@ -21,6 +21,8 @@ import math
 import sys
 from pathlib import Path
 
+from actlab.runner.references import verdict_text
+
 ROOT = Path(__file__).resolve().parents[1]
 EVIDENCE = ROOT / "docs" / "results" / "teacher-student"
 CLAIMS = ("shifted-ends-lower", "unshifted-faster-early")  # Fig. 2's two statements
@@ -32,7 +34,7 @@ def verdict(claim: dict | None) -> str:
     """``held [a, b]``, ``not held [a, b]``, ``undecided [a, b]`` or why there is none."""
     if claim is None:
         return "not judged"
-    word = {True: "held", False: "not held", None: "undecided"}[claim["held"]]
+    word = verdict_text(claim["held"])
     interval = claim.get("interval")
     if interval:
         return f"{word} [{interval[0]:.3g}, {interval[1]:.3g}]"
