@@ -293,3 +293,17 @@ def test_turn_on_the_plane_is_the_angle_between_early_and_later_displacement():
     beta = pd.DataFrame({0: [0.0, 1.0, 3.0], 1: [0.0, 0.0, 2.0], 2: [0.0, 0.0, 0.0]})
     # arccos near 1 loses half the digits: 1e-5 deg
     np.testing.assert_allclose(turn_degrees(alpha, beta, 1, 2), [0.0, 90.0, 180.0], atol=1e-5)
+
+
+def test_turn_on_the_plane_is_nan_without_warning_when_a_part_did_not_move():
+    import warnings
+
+    from actlab.experiments.teacher_student.paths import turn_degrees
+
+    # seed 0 moves on after the early step, seed 1 stops there (early step = last row)
+    alpha = pd.DataFrame({0: [0.0, 1.0, 2.0], 1: [0.0, 1.0, 1.0]})
+    beta = pd.DataFrame({0: [0.0, 0.0, 1.0], 1: [0.0, 0.0, 0.0]})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        turns = turn_degrees(alpha, beta, 1, 2)
+    assert turns[0] == pytest.approx(45.0, abs=1e-5) and np.isnan(turns[1])

@@ -59,11 +59,13 @@ def sharpness_paths(table: Any, activation: str) -> dict[str, Any]:
 def turn_degrees(alpha: Any, beta: Any, early: int, last: int) -> np.ndarray:
     """Per seed, the angle (degrees) between the displacement on the plane up to row
     ``early`` and the one from ``early`` to row ``last`` of ``steps x seeds`` frames (0: the
-    trajectory goes straight on; 180: it turns back)."""
+    trajectory goes straight on; 180: it turns back). NaN for a seed whose trajectory has not
+    moved in one of the two parts (a run whose early step is its last): no angle exists."""
     a, b = np.asarray(alpha, dtype=float), np.asarray(beta, dtype=float)
     v1 = np.stack([a[early], b[early]])
     v2 = np.stack([a[last] - a[early], b[last] - b[early]])
-    cos = (v1 * v2).sum(0) / (np.linalg.norm(v1, axis=0) * np.linalg.norm(v2, axis=0))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        cos = (v1 * v2).sum(0) / (np.linalg.norm(v1, axis=0) * np.linalg.norm(v2, axis=0))
     return np.degrees(np.arccos(np.clip(cos, -1.0, 1.0)))
 
 
