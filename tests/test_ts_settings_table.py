@@ -54,3 +54,16 @@ def test_verdicts_are_read_per_point_and_settings_sort_numerically(tmp_path, cap
 def test_a_folder_that_is_not_a_kept_run_is_refused(tmp_path, capsys):
     assert _tool().main([str(tmp_path)]) == 2
     assert "not a kept run" in capsys.readouterr().err
+
+
+def test_the_documented_large_size_table_is_the_scans_table(capsys):
+    # the (50, 200, 20) scans beside the --full run, as docs/teacher_student.md invokes it
+    results = ROOT / "docs" / "results" / "teacher-student"
+    runs = sorted(results.glob("evidence-scan-*")) + [results / "full"]
+    assert len(runs) > 1
+    assert _tool().main([str(run) for run in runs]) == 0
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ")]
+    doc = (ROOT / "docs" / "teacher_student.md").read_text()
+    assert len(lines) > 10
+    for line in lines:
+        assert line in doc, line
