@@ -56,6 +56,18 @@ def test_verdicts_are_read_per_point_and_settings_sort_numerically(tmp_path, cap
     assert (tmp_path / "ratios.png").stat().st_size > 1000
 
 
+def test_a_run_without_a_grid_is_one_setting_named_by_its_folder(tmp_path, capsys):
+    run = tmp_path / "evidence-lr3e-4-8seeds"
+    run.mkdir()
+    entry = {"final_loss_unshifted": 4.0, "final_loss_shifted": 3.0, "shifted_wins": 0.75}
+    (run / "summary.json").write_text(json.dumps({"scale": "x", "relu": entry}))
+    claim = _claim(None, "teacher-student/relu/shifted-ends-lower", True, [-2.0, -0.5])
+    (run / "claims.json").write_text(json.dumps([claim]))
+    assert _tool().main([str(run)]) == 0
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| lr3e")]
+    assert lines == ["| lr3e-4-8seeds | relu | 4 | 3 | 0.7500 | 0.75 | held [-2, -0.5] | not judged |"]
+
+
 def test_a_folder_that_is_not_a_kept_run_is_refused(tmp_path, capsys):
     assert _tool().main([str(tmp_path)]) == 2
     assert "not a kept run" in capsys.readouterr().err
@@ -64,6 +76,7 @@ def test_a_folder_that_is_not_a_kept_run_is_refused(tmp_path, capsys):
 def test_the_documented_large_size_table_is_the_scans_table(capsys):
     # the (50, 200, 20) scans beside the --full run, as docs/teacher_student.md invokes it
     results = ROOT / "docs" / "results" / "teacher-student"
-    runs = sorted(results.glob("evidence-scan-*")) + [results / "full"]
+    runs = sorted(results.glob("evidence-scan-*")) + [results / "evidence-lr3e-4-8seeds",
+                                                      results / "full"]
     assert len(runs) > 1
     _assert_printed_table_is_in_the_doc([str(run) for run in runs], capsys)

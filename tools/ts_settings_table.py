@@ -4,10 +4,10 @@
 
 Reads kept teacher-student runs (default: every ``docs/results/teacher-student/evidence-sweep-*``;
 a sweep's points or a single run, e.g. ``.../full``) and prints one markdown table: per
-setting (the sweep point, or the run's folder name) and activation, the final losses of the
-unshifted and shifted students (means over seeds), their ratio shifted/unshifted (below 1: the
-shifted student ends lower), the share of seeds the shifted student wins, and the verdicts of
-Fig. 2's two claims as the run judged them, each with its 95 % interval over paired seeds:
+setting (the sweep point, or the run's folder name without ``evidence-``) and activation,
+the final losses of the unshifted and shifted students (means over seeds), their ratio
+shifted/unshifted (below 1: the shifted student ends lower), the share of seeds the shifted
+student wins, and the verdicts of Fig. 2's two claims as the run judged them, each with its 95 % interval over paired seeds:
 ``shifted-ends-lower`` (final loss, shifted - unshifted) and ``unshifted-faster-early``
 (loss at the early step, unshifted - shifted). Every point of every run is printed; none is
 singled out. ``--figure`` also draws the ratios per activation, marked by the first verdict.
@@ -43,12 +43,17 @@ def verdict(claim: dict | None) -> str:
     return f"{word} ({reason})" if reason else word
 
 
+def run_label(run_dir: Path) -> str:
+    """A run without a grid is one setting, named by its folder (``evidence-`` dropped)."""
+    return run_dir.name.removeprefix("evidence-")
+
+
 def points(run_dir: Path) -> list[tuple[str, dict]]:
     """``(setting label, per-activation summary)`` of each point of a run (one for a run
-    without a grid, labelled by its folder)."""
+    without a grid, labelled by :func:`run_label`)."""
     summary = json.loads((run_dir / "summary.json").read_text())
     if "points" not in summary:
-        return [(run_dir.name, summary)]
+        return [(run_label(run_dir), summary)]
     return [(", ".join(f"{k}={v}" for k, v in point["point"].items()), point["summary"])
             for point in summary["points"]]
 
@@ -58,7 +63,7 @@ def claims_by_point(run_dir: Path) -> dict[tuple[str, str], dict]:
     path = run_dir / "claims.json"
     out = {}
     for claim in json.loads(path.read_text()) if path.exists() else []:
-        out[(claim.get("point") or run_dir.name, claim["id"])] = claim
+        out[(claim.get("point") or run_label(run_dir), claim["id"])] = claim
     return out
 
 
