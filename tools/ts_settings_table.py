@@ -7,8 +7,8 @@ a sweep's points or a single run, e.g. ``.../full``) and prints one markdown tab
 setting (the sweep point, or the run's folder name without ``evidence-``) and activation,
 the final losses of the unshifted and shifted students (means over seeds), their ratio
 shifted/unshifted (below 1: the shifted student ends lower), the share of seeds the shifted
-student wins, and the verdicts of Fig. 2's two claims as the run judged them, each with its 95 % interval over paired seeds:
-``shifted-ends-lower`` (final loss, shifted - unshifted) and ``unshifted-faster-early``
+student wins, and the verdicts of Fig. 2's two claims as the run judged them, each with its
+95 % interval over paired seeds: ``shifted-ends-lower`` (final loss, shifted - unshifted) and ``unshifted-faster-early``
 (loss at the early step, unshifted - shifted). Every point of every run is printed; none is
 singled out. ``--figure`` also draws the ratios per activation, marked by the first verdict.
 """
