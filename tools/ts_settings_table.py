@@ -10,7 +10,8 @@ shifted/unshifted (below 1: the shifted student ends lower), the share of seeds 
 student wins, and the verdicts of Fig. 2's two claims as the run judged them, each with its
 95 % interval over paired seeds: ``shifted-ends-lower`` (final loss, shifted - unshifted)
 and ``unshifted-faster-early`` (loss at the early step, unshifted - shifted). Every point of
-every run is printed; none is singled out. ``--figure`` also draws the ratios per activation, marked by the first verdict.
+every run is printed; none is singled out. ``--figure`` also draws the ratios per activation,
+marked by the first verdict.
 """
 
 from __future__ import annotations
