@@ -110,12 +110,13 @@ def markdown(table: list[dict]) -> str:
 
 
 def draw(table: list[dict], path: Path) -> None:
-    """Ratio shifted/unshifted per setting, one panel per activation; the marker says the
-    ``shifted-ends-lower`` verdict (filled: held, cross: not held, open: undecided)."""
+    """Ratio shifted/unshifted per setting on a log axis, one panel per activation; the marker
+    says the ``shifted-ends-lower`` verdict (filled: held, cross: not held, open: undecided)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter, NullFormatter
 
     activations = list(dict.fromkeys(r["activation"] for r in table))
     fig, axes = plt.subplots(1, len(activations), figsize=(3.2 * len(activations), 3.4),
@@ -128,6 +129,13 @@ def draw(table: list[dict], path: Path) -> None:
                      None: dict(marker="o", mfc="none", color="C0")}[held]
             ax.plot([x], [r["ratio"]], linestyle="none", markersize=7, **style)
         ax.axhline(1.0, color="grey", linewidth=0.8)
+        # a log axis: a ratio of 16 (sigmoid at lr 3e-3) would otherwise flatten one of 0.4
+        ax.set_yscale("log")
+        plain = FuncFormatter(lambda value, _: f"{value:g}")
+        ax.yaxis.set_major_formatter(plain)
+        low, high = ax.get_ylim()
+        # within a decade the minor ticks are the only ones, so they carry the labels
+        ax.yaxis.set_minor_formatter(plain if high / low < 10 else NullFormatter())
         ax.set_xticks(range(len(mine)), [r["setting"] for r in mine], rotation=60,
                       ha="right", fontsize=7)
         ax.set_title(activation)
