@@ -29,6 +29,7 @@ def teacher_student_figures(config: Config, table: Any, data: dict[str, Any],
         axes[0, j].set_ylabel("eval loss")
         plot_pair_curves(axes[1, j], table, act, "hidden_mean", last, log=False)
         axes[1, j].set_xscale("symlog", linthresh=10)
+        axes[1, j].set_xlim(left=0)  # steps: no negative decades on a symlog axis
         axes[1, j].set_ylabel(f"hidden-state mean ({last})")
     axes[0, 0].legend()
     fig.suptitle("Fig. 2: loss (top) and final hidden-state mean (bottom)")
@@ -43,13 +44,14 @@ def teacher_student_figures(config: Config, table: Any, data: dict[str, Any],
                 if not curve.empty:
                     ax.plot(curve.index, curve.mean(axis=1), color=cmap(layer / max(1, config.L - 1)))
             ax.set_xscale("symlog", linthresh=10)
+            ax.set_xlim(left=0)
             ax.set_title(f"{act}, {cond}")
             ax.set_xlabel("step")
         axes[0].set_ylabel("hidden-state mean (colour: block)")
         fig.suptitle("Fig. 15: hidden-state mean of every block (mean over seeds)")
         ctx.save_figure(fig, f"fig15_all_blocks_{act}")
 
-    fig, axes = plt.subplots(1, n, figsize=(4 * n, 3.5), squeeze=False)
+    fig, axes = plt.subplots(1, n, figsize=(4 * n, 3.5), squeeze=False, layout="constrained")
     for j, act in enumerate(activations):
         for cond, color in COLORS.items():
             rows = table[(table.run == f"{act}/{cond}") & (table.metric == "post_act_mean")]
@@ -57,6 +59,7 @@ def teacher_student_figures(config: Config, table: Any, data: dict[str, Any],
             axes[0, j].plot(mean.index, mean.to_numpy(), color=color, label=cond)
         axes[0, j].axhline(0, color="k", lw=0.5)
         axes[0, j].set_xscale("symlog", linthresh=10)
+        axes[0, j].set_xlim(left=0)
         axes[0, j].set_title(act)
         axes[0, j].set_xlabel("step")
     axes[0, 0].set_ylabel("post-activation mean (all blocks, seeds)")
