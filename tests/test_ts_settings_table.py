@@ -68,6 +68,21 @@ def test_a_run_without_a_grid_is_one_setting_named_by_its_folder(tmp_path, capsy
     assert lines == ["| lr3e-4-8seeds | relu | 4 | 3 | 0.7500 | 0.75 | held [-2, -0.5] | not judged |"]
 
 
+def test_a_point_of_two_fields_gets_its_own_verdicts(tmp_path, capsys):
+    # the runner labels such a point "lr=0.0003,steps=16000" in claims.json; the row must find it
+    run = tmp_path / "sweep"
+    run.mkdir()
+    entry = {"final_loss_unshifted": 2.0, "final_loss_shifted": 1.0, "shifted_wins": 1.0}
+    summary = {"points": [{"point": {"lr": "0.0003", "steps": "16000"}, "summary": {"relu": entry}}]}
+    (run / "summary.json").write_text(json.dumps(summary))
+    claim = _claim("lr=0.0003,steps=16000", "teacher-student/relu/shifted-ends-lower", False,
+                   [0.5, 1.5])
+    (run / "claims.json").write_text(json.dumps([claim]))
+    assert _tool().main([str(run)]) == 0
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| lr=")]
+    assert lines == ["| lr=0.0003,steps=16000 | relu | 2 | 1 | 0.5000 | 1 | not held [0.5, 1.5] | not judged |"]
+
+
 def test_a_folder_that_is_not_a_kept_run_is_refused(tmp_path, capsys):
     assert _tool().main([str(tmp_path)]) == 2
     assert "not a kept run" in capsys.readouterr().err

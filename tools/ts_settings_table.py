@@ -22,6 +22,7 @@ import math
 import sys
 from pathlib import Path
 
+from actlab.runner.plan import point_label
 from actlab.runner.references import verdict_text
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -51,12 +52,12 @@ def run_label(run_dir: Path) -> str:
 
 def points(run_dir: Path) -> list[tuple[str, dict]]:
     """``(setting label, per-activation summary)`` of each point of a run (one for a run
-    without a grid, labelled by :func:`run_label`)."""
+    without a grid, labelled by :func:`run_label`). A point's label is the runner's own
+    (``lr=0.0003,steps=16000``), the one its claims carry."""
     summary = json.loads((run_dir / "summary.json").read_text())
     if "points" not in summary:
         return [(run_label(run_dir), summary)]
-    return [(", ".join(f"{k}={v}" for k, v in point["point"].items()), point["summary"])
-            for point in summary["points"]]
+    return [(point_label(point["point"]), point["summary"]) for point in summary["points"]]
 
 
 def claims_by_point(run_dir: Path) -> dict[tuple[str, str], dict]:
@@ -87,9 +88,9 @@ def rows(run_dir: Path) -> list[dict]:
 
 
 def setting_key(label: str) -> tuple:
-    """Sort ``lr=0.0003, batch_size=64`` by field, then numerically by value."""
+    """Sort ``lr=0.0003,steps=16000`` by field, then numerically by value."""
     key = []
-    for part in label.split(", "):
+    for part in label.split(","):
         field, _, value = part.partition("=")
         try:
             key.append((field, 0, float(value), ""))
