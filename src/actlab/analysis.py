@@ -262,6 +262,13 @@ def plot_pair_curves(ax, table: Any, prefix: str, metric: str = "eval_loss", lay
     ax.set_xlabel("step")
 
 
+def symlog_steps(ax: Any) -> None:
+    """A step axis that shows step 0 and is logarithmic from step 10 on; it starts at 0, since
+    a symlog axis would otherwise pad into negative decades that no step has."""
+    ax.set_xscale("symlog", linthresh=10)
+    ax.set_xlim(left=0)
+
+
 def plot_residual(ax: Any, residual: Any) -> None:
     """Per-seed (thin grey) and mean (thick black) ``shifted - unshifted`` on a log step axis.
 

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from actlab.analysis import COLORS, curves, plot_pair_curves
+from actlab.analysis import COLORS, curves, plot_pair_curves, symlog_steps
 from actlab.plotting import pyplot
 
 if TYPE_CHECKING:
@@ -28,8 +28,7 @@ def teacher_student_figures(config: Config, table: Any, data: dict[str, Any],
         axes[0, j].set_title(act)
         axes[0, j].set_ylabel("eval loss")
         plot_pair_curves(axes[1, j], table, act, "hidden_mean", last, log=False)
-        axes[1, j].set_xscale("symlog", linthresh=10)
-        axes[1, j].set_xlim(left=0)  # steps: no negative decades on a symlog axis
+        symlog_steps(axes[1, j])
         axes[1, j].set_ylabel(f"hidden-state mean ({last})")
     axes[0, 0].legend()
     fig.suptitle("Fig. 2: loss (top) and final hidden-state mean (bottom)")
@@ -43,8 +42,7 @@ def teacher_student_figures(config: Config, table: Any, data: dict[str, Any],
                 curve = curves(table, f"{act}/{cond}", "hidden_mean", f"block{layer}")
                 if not curve.empty:
                     ax.plot(curve.index, curve.mean(axis=1), color=cmap(layer / max(1, config.L - 1)))
-            ax.set_xscale("symlog", linthresh=10)
-            ax.set_xlim(left=0)
+            symlog_steps(ax)
             ax.set_title(f"{act}, {cond}")
             ax.set_xlabel("step")
         axes[0].set_ylabel("hidden-state mean (colour: block)")
@@ -58,8 +56,7 @@ def teacher_student_figures(config: Config, table: Any, data: dict[str, Any],
             mean = rows.groupby("step").value.mean()
             axes[0, j].plot(mean.index, mean.to_numpy(), color=color, label=cond)
         axes[0, j].axhline(0, color="k", lw=0.5)
-        axes[0, j].set_xscale("symlog", linthresh=10)
-        axes[0, j].set_xlim(left=0)
+        symlog_steps(axes[0, j])
         axes[0, j].set_title(act)
         axes[0, j].set_xlabel("step")
     axes[0, 0].set_ylabel("post-activation mean (all blocks, seeds)")
